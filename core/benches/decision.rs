@@ -1,0 +1,112 @@
+//! One routing decision on the hot path: choose among 8 connections, classify an upstream
+//! error, and update breaker, connection and lockout state.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use ferroute_core::classify::{ErrorInput, classify};
+use ferroute_core::engine::{AttemptOutcome, Candidate, Engine, Selection, Strategy};
+use ferroute_core::settings::ResilienceSettings;
+use ferroute_core::types::ProviderClass;
+use std::collections::BTreeSet;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const IDS: [&str; 8] = ["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"];
+const BODY: &str = r#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on requests per min","type":"requests","code":"rate_limit_exceeded"}}"#;
+const HEADERS: &[(&str, &str)] =
+    &[("content-type", "application/json"), ("retry-after", "1"), ("x-request-id", "req_123")];
+
+#[allow(clippy::disallowed_methods)] // a benchmark needs one real starting instant
+fn start() -> Instant {
+    Instant::now()
+}
+
+fn decision(c: &mut Criterion) {
+    let cands: Vec<Candidate<'_>> = IDS
+        .iter()
+        .map(|id| Candidate {
+            provider: "openai",
+            class: ProviderClass::ApiKey,
+            connection: id,
+            model: "gpt-4o",
+            family: None,
+        })
+        .collect();
+    let mut settings = ResilienceSettings::default();
+    settings.model_lockout.enabled = true;
+    let skip = BTreeSet::new();
+
+    c.bench_function("select_classify_record_429_of_8", |b| {
+        let mut engine = Engine::new(settings.clone(), 1);
+        let mut now = start();
+        b.iter(|| {
+            now += Duration::from_millis(200);
+            if let Selection::Pick { index, ticket } = engine.select(now, &cands, Strategy::RoundRobin, &skip, "bench")
+            {
+                let outcome = AttemptOutcome::Upstream { status: 429, headers: HEADERS, body: BODY };
+                black_box(engine.record(now, &cands[index], "openai", ticket, outcome, false, false, None));
+            }
+            while engine.poll_event().is_some() {}
+        });
+    });
+
+    c.bench_function("select_and_succeed_of_8", |b| {
+        let mut engine = Engine::new(settings.clone(), 1);
+        let now = start();
+        b.iter(|| {
+            if let Selection::Pick { index, ticket } = engine.select(now, &cands, Strategy::Priority, &skip, "bench") {
+                black_box(engine.record(
+                    now,
+                    &cands[index],
+                    "openai",
+                    ticket,
+                    AttemptOutcome::Success,
+                    false,
+                    false,
+                    None,
+                ));
+            }
+        });
+    });
+
+    let profile = settings.cooldown_profile(ProviderClass::ApiKey);
+    c.bench_function("classify_misreported_403", |b| {
+        let body = r#"{"error":{"message":"用户额度不足，请充值","type":"insufficient_user_quota"}}"#;
+        b.iter(|| {
+            let input = ErrorInput {
+                provider: "agentrouter",
+                class: ProviderClass::ApiKey,
+                status: 403,
+                headers: HEADERS,
+                body,
+                backoff_level: 0,
+                wall_now_ms: None,
+                until_daily_reset: None,
+            };
+            black_box(classify(black_box(&input), &profile, &[]))
+        });
+    });
+}
+
+criterion_group!(benches, decision);
+
+fn pieces(c: &mut Criterion) {
+    let settings = ResilienceSettings::default();
+    let profile = settings.cooldown_profile(ProviderClass::ApiKey);
+    c.bench_function("classify_429_rate_limit", |b| {
+        b.iter(|| {
+            let input = ErrorInput {
+                provider: "openai",
+                class: ProviderClass::ApiKey,
+                status: 429,
+                headers: HEADERS,
+                body: BODY,
+                backoff_level: 0,
+                wall_now_ms: None,
+                until_daily_reset: None,
+            };
+            black_box(classify(black_box(&input), &profile, &[]))
+        });
+    });
+}
+criterion_group!(pieces_group, pieces);
+criterion_main!(benches, pieces_group);

@@ -1,0 +1,505 @@
+//! M11 + M12: one function from an upstream failure to a decision.
+//!
+//! Order: restatement first (so a misreported 403 is classified as the 429 it is), then the
+//! ordered classification of BEHAVIOUR.md §3.5, then Ferroute's layer separation: 408, 5xx and
+//! transport failures are provider-level (they count toward the breaker and never cool a
+//! connection); account-level failures cool or terminate the connection and never count toward
+//! the breaker.
+
+#[cfg(test)]
+mod tests;
+mod text;
+
+use text::M;
+
+use crate::hint::{self, HintSource};
+use crate::restate::restate;
+use crate::rules::{self, RuleMatch};
+use crate::settings::OperatorErrorRule;
+use crate::types::{ProviderClass, Reason, Scope, TerminalState, scaled};
+use std::time::Duration;
+
+/// The connection cooldown ladder of one provider class (M3), as classification uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CooldownProfile {
+    /// First cooldown.
+    pub base: Duration,
+    /// Highest ladder level.
+    pub max_steps: u32,
+    /// No ladder cooldown exceeds this.
+    pub cap: Duration,
+    /// Whether upstream retry hints replace the ladder.
+    pub use_hints: bool,
+}
+
+impl CooldownProfile {
+    /// `min(base × 2^min(level, steps), cap)`.
+    pub fn scaled(&self, level: u32) -> Duration {
+        scaled(self.base, level.min(self.max_steps)).min(self.cap)
+    }
+
+    /// The level after one more failure.
+    pub fn next_level(&self, level: u32) -> u32 {
+        level.saturating_add(1).min(self.max_steps)
+    }
+}
+
+/// Everything classification looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorInput<'a> {
+    /// The provider's rule profile (its id, or the profile it declares, e.g. `agentrouter`).
+    pub provider: &'a str,
+    /// The provider's class.
+    pub class: ProviderClass,
+    /// The upstream status.
+    pub status: u16,
+    /// Upstream response headers.
+    pub headers: &'a [(&'a str, &'a str)],
+    /// The upstream error body as text (JSON or not).
+    pub body: &'a str,
+    /// The connection's current backoff level.
+    pub backoff_level: u32,
+    /// Wall clock as Unix milliseconds, for hints that name an instant.
+    pub wall_now_ms: Option<u64>,
+    /// Time until the daily quota resets (the shell knows the calendar); 24 h when unknown.
+    pub until_daily_reset: Option<Duration>,
+}
+
+/// What happens to the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionEffect {
+    /// Nothing (provider-level failure, or not the account's fault).
+    None,
+    /// Cool down for `duration`, then store `new_level`.
+    Cooldown {
+        /// How long.
+        duration: Duration,
+        /// The backoff level to store.
+        new_level: u32,
+        /// Where the duration came from, when an upstream hint set it.
+        hint: Option<HintSource>,
+    },
+    /// Enter a terminal state.
+    Terminal(TerminalState),
+    /// An OAuth per-request refusal: the refusal streak decides (5 min, 15 min, then banned).
+    RequestRejected,
+}
+
+/// A suggested model lockout (M6); the lockout settings decide whether it applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockSuggestion {
+    /// An explicit scope from a rule; otherwise the status decides.
+    pub scope: Option<Scope>,
+    /// A declared cooldown (before capping).
+    pub cooldown: Option<Duration>,
+    /// Whether the cooldown is the upstream's own reset (not capped by `max_cooldown_ms`).
+    pub upstream_reset: bool,
+}
+
+/// The decision for one upstream failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Why it failed.
+    pub reason: Reason,
+    /// The status to report (after restatement).
+    pub status: u16,
+    /// The status the upstream sent.
+    pub upstream_status: u16,
+    /// The restatement rule that applied, if any.
+    pub restated_by: Option<&'static str>,
+    /// Retry-After for the client, when one is known.
+    pub client_retry_after: Option<Duration>,
+    /// Whether another connection or target should be tried for this request.
+    pub should_fallback: bool,
+    /// Whether it counts toward the provider breaker.
+    pub trips_breaker: bool,
+    /// What happens to the connection.
+    pub connection: ConnectionEffect,
+    /// A rule's scope, when the provider honours rule scopes.
+    pub rule_scope: Option<Scope>,
+    /// The rule that decided, if any.
+    pub rule_id: Option<String>,
+    /// The lockout this failure suggests.
+    pub lock: LockSuggestion,
+}
+
+/// Statuses that are the provider's fault rather than the account's.
+pub fn is_provider_level_status(status: u16) -> bool {
+    status == 408 || (500..=599).contains(&status)
+}
+
+/// A transport failure (connect refused, reset, timeout before headers): provider-level.
+pub fn classify_transport() -> Decision {
+    Decision {
+        reason: Reason::Transport,
+        status: 502,
+        upstream_status: 0,
+        restated_by: None,
+        client_retry_after: None,
+        should_fallback: true,
+        trips_breaker: true,
+        connection: ConnectionEffect::None,
+        rule_scope: None,
+        rule_id: None,
+        lock: LockSuggestion { scope: None, cooldown: None, upstream_reset: false },
+    }
+}
+
+/// Classifies an upstream error response.
+pub fn classify(input: &ErrorInput<'_>, profile: &CooldownProfile, operator: &[OperatorErrorRule]) -> Decision {
+    let lower = input.body.to_lowercase();
+    let upstream_hint = hint::detect(input.headers, input.body, input.wall_now_ms);
+    let restated = restate(input.provider, input.status, &lower, upstream_hint.map(|h| h.wait));
+    let status = restated.status;
+    let mut cx = Cx {
+        sig: text::Signals::scan(&lower),
+        structured: None,
+        input,
+        profile,
+        operator,
+        lower: &lower,
+        status,
+        hint: upstream_hint,
+    };
+    let mut d = cx.ordered();
+    d.upstream_status = input.status;
+    d.restated_by = restated.rule_id;
+    if restated.rule_id.is_some() {
+        d.client_retry_after = restated.retry_after;
+    } else if d.client_retry_after.is_none()
+        && matches!(d.connection, ConnectionEffect::Cooldown { .. })
+        && status == 429
+    {
+        d.client_retry_after = upstream_hint.map(|h| h.wait);
+    }
+    apply_layers(&mut d, status);
+    d
+}
+
+/// Ferroute's layer separation (SPEC "Exact semantics"): provider-level statuses count toward
+/// the breaker and never cool a connection, unless the text named an account-level cause.
+fn apply_layers(d: &mut Decision, status: u16) {
+    let provider_level_reason =
+        matches!(d.reason, Reason::ServerError | Reason::Unknown | Reason::ModelCapacity | Reason::Transport);
+    let skip_breaker = d.reason == Reason::ServiceNotRunning;
+    if is_provider_level_status(status) && provider_level_reason && !skip_breaker {
+        d.trips_breaker = true;
+        d.connection = ConnectionEffect::None;
+    } else {
+        d.trips_breaker = false;
+    }
+}
+
+struct Cx<'a> {
+    /// Every text marker, found in one pass.
+    sig: text::Signals,
+    /// The structured error's code and type, parsed once on first use.
+    structured: Option<String>,
+    input: &'a ErrorInput<'a>,
+    profile: &'a CooldownProfile,
+    operator: &'a [OperatorErrorRule],
+    lower: &'a str,
+    status: u16,
+    hint: Option<hint::RetryHint>,
+}
+
+impl Cx<'_> {
+    fn base(&self, reason: Reason, should_fallback: bool, connection: ConnectionEffect) -> Decision {
+        Decision {
+            reason,
+            status: self.status,
+            upstream_status: self.input.status,
+            restated_by: None,
+            client_retry_after: None,
+            should_fallback,
+            trips_breaker: false,
+            connection,
+            rule_scope: None,
+            rule_id: None,
+            lock: LockSuggestion { scope: None, cooldown: None, upstream_reset: false },
+        }
+    }
+
+    fn cooldown(&self, duration: Duration, new_level: u32, hint: Option<HintSource>) -> ConnectionEffect {
+        if duration.is_zero() {
+            ConnectionEffect::None
+        } else {
+            ConnectionEffect::Cooldown { duration, new_level, hint }
+        }
+    }
+
+    /// `buildRetryableFallback`: the upstream's hint when this class honours hints, else the ladder.
+    fn retryable(&self, reason: Reason) -> Decision {
+        if let (true, Some(h)) = (self.profile.use_hints, self.hint) {
+            let mut d = self.base(reason, true, self.cooldown(h.wait, 0, Some(h.source)));
+            d.client_retry_after = Some(h.wait);
+            if matches!(h.source, HintSource::RetryAfter | HintSource::ResetHeader | HintSource::BodyStructured) {
+                d.lock.cooldown = Some(h.wait);
+                d.lock.upstream_reset = true;
+            }
+            return d;
+        }
+        let level = self.input.backoff_level;
+        self.base(reason, true, self.cooldown(self.profile.scaled(level), self.profile.next_level(level), None))
+    }
+
+    fn fixed(&self, reason: Reason, duration: Duration) -> Decision {
+        self.base(reason, true, self.cooldown(duration, 0, None))
+    }
+
+    fn terminal(&self, reason: Reason, t: TerminalState) -> Decision {
+        self.base(reason, true, ConnectionEffect::Terminal(t))
+    }
+
+    fn no_fallback(&self, reason: Reason) -> Decision {
+        self.base(reason, false, ConnectionEffect::None)
+    }
+
+    fn rule_decision(&self, m: RuleMatch) -> Decision {
+        let level = self.input.backoff_level;
+        let (duration, new_level) = match m.cooldown {
+            Some(c) => (c, 0),
+            None => (self.profile.scaled(level), self.profile.next_level(level)),
+        };
+        let mut d = self.base(m.reason, true, ConnectionEffect::None);
+        d.rule_id = Some(m.id);
+        if m.honours_scope {
+            d.rule_scope = Some(m.scope);
+            d.lock.scope = Some(m.scope);
+        }
+        d.lock.cooldown = m.cooldown;
+        // A model-scoped rule locks the model, not the whole connection.
+        let conn_effect = !(m.honours_scope && m.scope == Scope::Model);
+        if conn_effect {
+            d.connection = self.cooldown(duration, new_level, None);
+        }
+        d
+    }
+
+    /// BEHAVIOUR.md §3.5, steps 1–8, with the parts Ferroute has no use for left out.
+    fn ordered(&mut self) -> Decision {
+        let status = self.status;
+        let lower = self.lower;
+        let class = self.input.class;
+        // 1. A supervisor says the service is not running: a short cooldown, not the breaker.
+        if status == 503
+            && hint::header(self.input.headers, "x-ferroute-fallback-hint")
+                .is_some_and(|v| v.eq_ignore_ascii_case("connection_cooldown"))
+        {
+            return self.fixed(Reason::ServiceNotRunning, Duration::from_secs(5));
+        }
+        // Operator rules come before everything the upstream's text could say.
+        if let Some(m) = rules::find_operator_rule(self.input.provider, status, lower, self.operator) {
+            return self.rule_decision(m);
+        }
+        if !lower.is_empty()
+            && let Some(d) = self.text_rules()
+        {
+            return d;
+        }
+        // 4. The configured rule table: text rules, then status rules. An API-key 429 that
+        // does not look like quota exhaustion is a plain rate limit whatever its text says.
+        let preserve_quota_429 = class == ProviderClass::OAuth || text::looks_like_quota_exhausted(&self.sig);
+        if (status != 429 || preserve_quota_429)
+            && let Some(d) = self.text_table()
+        {
+            return d;
+        }
+        if let Some(d) = self.status_table() {
+            return d;
+        }
+        // 7. 400: fall back only for model-access, capacity and rate-limit errors.
+        if status == 400 || status == 422 {
+            let structured = self.structured_code().to_owned();
+            if text::is_model_access_or_capacity(&self.sig, &structured) {
+                return self.base(Reason::ModelCapacity, true, ConnectionEffect::None);
+            }
+            if text::is_rate_limit_400(&self.sig) {
+                return self.retryable(Reason::RateLimitExceeded);
+            }
+            return self.no_fallback(Reason::Unknown);
+        }
+        // 6. 432: a plan limit.
+        if status == 432 {
+            let wait = self.hint.map_or(Duration::from_secs(3600), |h| h.wait);
+            return self.fixed(Reason::QuotaExhausted, wait);
+        }
+        // 8. Anything else: fall back with the base cooldown.
+        self.fixed(Reason::Unknown, self.profile.base)
+    }
+
+    /// The structured error's `code` and `type`, lower-cased (empty when the body is not a
+    /// JSON error). Parsed once.
+    fn structured_code(&mut self) -> &str {
+        if self.structured.is_none() {
+            let parsed = if self.input.body.trim_start().starts_with('{') {
+                serde_json::from_str::<serde_json::Value>(self.input.body.trim_start()).ok().map(|v| {
+                    let e = v.get("error").unwrap_or(&v);
+                    let code = e.get("code").and_then(|c| c.as_str()).unwrap_or("");
+                    let ty = e.get("type").and_then(|c| c.as_str()).unwrap_or("");
+                    format!("{code} {ty}").trim().to_lowercase()
+                })
+            } else {
+                None
+            };
+            self.structured = Some(parsed.unwrap_or_default());
+        }
+        self.structured.as_deref().unwrap_or("")
+    }
+
+    /// The provider's first matching rule (parsing the structured error only when the
+    /// provider has rules at all).
+    fn provider_rule(&mut self) -> Option<RuleMatch> {
+        if !rules::has_rules(self.input.provider, self.operator) {
+            return None;
+        }
+        let structured = self.structured_code().to_owned();
+        rules::find_rule(self.input.provider, self.status, self.input.headers, self.lower, &structured, self.operator)
+    }
+
+    /// Step 3: checks on the error text, in order.
+    fn text_rules(&mut self) -> Option<Decision> {
+        let status = self.status;
+        let class = self.input.class;
+        let use_quota_signal =
+            status != 429 || class == ProviderClass::OAuth || text::looks_like_quota_exhausted(&self.sig);
+        // a. Deactivated or banned accounts are terminal.
+        if text::is_account_deactivated(&self.sig) {
+            return Some(self.terminal(Reason::AuthError, TerminalState::Banned));
+        }
+        // b, c. A retired model or a moved endpoint: a day.
+        if (status == 404 || status == 410) && text::is_retired_model(&self.sig) {
+            let mut d = self.fixed(Reason::NotFound, Duration::from_secs(86_400));
+            d.connection = ConnectionEffect::None;
+            d.lock = LockSuggestion {
+                scope: Some(Scope::Model),
+                cooldown: Some(Duration::from_secs(86_400)),
+                upstream_reset: false,
+            };
+            return Some(d);
+        }
+        if text::is_endpoint_moved(&self.sig) {
+            return Some(self.fixed(Reason::NotFound, Duration::from_secs(86_400)));
+        }
+        // d, f. Billing suspension and exhausted credits end in `credits_exhausted`.
+        if text::is_billing_suspended(&self.sig) || (use_quota_signal && text::is_credits_exhausted(&self.sig)) {
+            return Some(self.terminal(Reason::QuotaExhausted, TerminalState::CreditsExhausted));
+        }
+        // g. A daily quota: until the daily reset.
+        if use_quota_signal && text::is_daily_quota_exhausted(&self.sig) {
+            let wait =
+                self.input.until_daily_reset.unwrap_or(Duration::from_secs(86_400)).min(Duration::from_secs(86_400));
+            let mut d = self.fixed(Reason::QuotaExhausted, wait);
+            d.client_retry_after = Some(wait);
+            return Some(d);
+        }
+        // h. A subscription usage limit: the upstream's hint, else an hour.
+        if use_quota_signal && text::is_subscription_limit(&self.sig, self.input.provider) {
+            let wait = self.hint.map_or(Duration::from_secs(3600), |h| h.wait);
+            let mut d = self.fixed(Reason::QuotaExhausted, wait);
+            d.client_retry_after = Some(wait);
+            return Some(d);
+        }
+        // i, j. Weekly and session caps.
+        if text::is_weekly_cap(&self.sig) {
+            return Some(self.fixed(Reason::QuotaExhausted, Duration::from_secs(86_400)));
+        }
+        if text::is_session_cap(&self.sig) {
+            return Some(self.fixed(Reason::QuotaExhausted, Duration::from_secs(5 * 3600)));
+        }
+        // k. A reset hint plus quota text: the hint decides.
+        if use_quota_signal && self.hint.is_some() && text::text_reason(&self.sig) == Some(Reason::QuotaExhausted) {
+            return Some(self.retryable(Reason::QuotaExhausted));
+        }
+        if status == 403 {
+            // l. A route the key is not authorised for: not the account's fault; no fallback.
+            if self.sig.has(M::NotAuthorizedForRoute) {
+                return Some(self.no_fallback(Reason::Unknown));
+            }
+            // m. Provider rules for providers that honour rule scopes.
+            if rules::honours_rule_lock_scope(self.input.provider, self.operator)
+                && let Some(m) = self.provider_rule()
+            {
+                return Some(self.rule_decision(m));
+            }
+            // OAuth "Request not allowed": the refusal streak decides.
+            if class == ProviderClass::OAuth && self.sig.has(M::RequestNotAllowed) {
+                return Some(self.base(Reason::RequestRejected, true, ConnectionEffect::RequestRejected));
+            }
+            // o. A 403 on an API key without quota text: an auth error on the ladder.
+            if class == ProviderClass::ApiKey
+                && !self.sig.any(&[M::HasNotBeenUsedInProject, M::HourQuota, M::QuotaHasBeenExceeded])
+            {
+                return Some(self.retryable(Reason::AuthError));
+            }
+        }
+        None
+    }
+
+    /// Step 4a: the text half of the rule table (first match wins).
+    fn text_table(&mut self) -> Option<Decision> {
+        let lower = self.lower;
+        if lower.is_empty() {
+            return None;
+        }
+        // Provider rules may name the reason for backoff rows.
+        let provider_rule = self.provider_rule();
+        if self.sig.has(M::NoCredentials) {
+            return Some(self.fixed(Reason::AuthError, Duration::from_secs(120)));
+        }
+        if self.sig.has(M::RequestNotAllowed) {
+            return Some(self.fixed(Reason::RateLimitExceeded, Duration::from_secs(5)));
+        }
+        if self.sig.has(M::ImproperlyFormedRequest) {
+            return Some(self.base(Reason::ModelCapacity, true, ConnectionEffect::None));
+        }
+        let reason = text::text_reason(&self.sig)?;
+        Some(self.with_rule(provider_rule, reason))
+    }
+
+    fn with_rule(&self, provider_rule: Option<RuleMatch>, reason: Reason) -> Decision {
+        match provider_rule {
+            Some(m) => {
+                let mut d = self.retryable(m.reason);
+                d.rule_id = Some(m.id.clone());
+                if let Some(c) = m.cooldown.filter(|c| !c.is_zero()) {
+                    d.connection = self.cooldown(c, 0, None);
+                    d.lock.cooldown = Some(c);
+                }
+                if m.honours_scope {
+                    d.rule_scope = Some(m.scope);
+                    d.lock.scope = Some(m.scope);
+                }
+                d
+            }
+            None => self.retryable(reason),
+        }
+    }
+
+    /// Step 4b and 5: the status half of the rule table.
+    fn status_table(&mut self) -> Option<Decision> {
+        let status = self.status;
+        let provider_rule = self.provider_rule();
+        Some(match status {
+            401 => self.terminal(Reason::AuthError, TerminalState::Expired),
+            402 => match provider_rule {
+                Some(m) if m.honours_scope || m.cooldown.is_some() => self.rule_decision(m),
+                _ => self.terminal(Reason::QuotaExhausted, TerminalState::CreditsExhausted),
+            },
+            403 => match provider_rule {
+                Some(m) => self.rule_decision(m),
+                None => self.base(Reason::Unknown, true, ConnectionEffect::None),
+            },
+            404 => {
+                let mut d = self.fixed(Reason::NotFound, Duration::from_secs(120));
+                // A missing model is the model's problem, not the key's.
+                d.connection = ConnectionEffect::None;
+                d
+            }
+            429 => self.with_rule(provider_rule, Reason::RateLimitExceeded),
+            406 | 408 | 500..=599 => self.retryable(Reason::ServerError),
+            413 => self.retryable(Reason::ModelCapacity),
+            _ => return None,
+        })
+    }
+}

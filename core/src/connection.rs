@@ -1,0 +1,345 @@
+//! M3: per-connection cooldowns, terminal states, the request-rejected streak and the
+//! expired-credentials retry ladder.
+//!
+//! A connection is one key or account. Account-level failures cool it down (a ladder, or the
+//! upstream's retry hint for API keys) or end it in a terminal state that nothing transient
+//! overwrites. Recovery is lazy: once `rate_limited_until` passes, the connection is usable.
+
+use crate::classify::{ConnectionEffect, Decision};
+use crate::types::{ConnectionStatus, Reason, TerminalState, scaled};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// Refusals within this window continue a streak.
+pub const REQUEST_REJECTED_WINDOW: Duration = Duration::from_secs(86_400);
+/// The streak's cooldowns; the next refusal after the last one bans the connection.
+pub const REQUEST_REJECTED_COOLDOWNS: [Duration; 2] = [Duration::from_secs(300), Duration::from_secs(900)];
+/// Retries allowed for expired credentials before `expired` is final.
+pub const EXPIRED_RETRY_MAX: u32 = 3;
+/// First retry delay for expired credentials (then doubled: 5, 10, 20 min).
+pub const EXPIRED_RETRY_BASE: Duration = Duration::from_secs(300);
+
+/// Whether a connection can take a request now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    /// Usable.
+    Available,
+    /// Cooling down for `remaining` more.
+    CoolingDown {
+        /// Time left.
+        remaining: Duration,
+        /// Why.
+        reason: Option<Reason>,
+    },
+    /// Terminal; `retry_in` is when an expired connection may be retried once, if ever.
+    Terminal {
+        /// Which terminal state.
+        state: TerminalState,
+        /// Time until the next allowed retry of expired credentials.
+        retry_in: Option<Duration>,
+    },
+}
+
+/// What a reported failure did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Nothing changed (terminal already, cooldown active, or no effect).
+    Unchanged,
+    /// A cooldown started.
+    Cooldown {
+        /// Its end.
+        until: Instant,
+        /// The stored level.
+        level: u32,
+    },
+    /// The connection entered a terminal state.
+    Terminal(TerminalState),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Streak {
+    count: u32,
+    last_refusal_at: Instant,
+}
+
+/// One connection's resilience state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionState {
+    terminal: Option<TerminalState>,
+    rate_limited_until: Option<Instant>,
+    last_cooldown: Duration,
+    backoff_level: u32,
+    last_error: Option<String>,
+    last_error_type: Option<Reason>,
+    error_code: Option<u16>,
+    expired_retries: u32,
+    expired_retry_at: Option<Instant>,
+    streak: Option<Streak>,
+}
+
+/// The persisted form; instants are relative to the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ConnectionSnapshot {
+    /// Terminal state, if any.
+    pub terminal: Option<TerminalState>,
+    /// Remaining cooldown in ms (0 = none).
+    pub cooldown_remaining_ms: u64,
+    /// Length of the last cooldown in ms.
+    pub last_cooldown_ms: u64,
+    /// Backoff level.
+    pub backoff_level: u32,
+    /// Last error message.
+    pub last_error: Option<String>,
+    /// Last error reason.
+    pub last_error_type: Option<Reason>,
+    /// Last upstream status.
+    pub error_code: Option<u16>,
+    /// Expired-credential retries used.
+    pub expired_retries: u32,
+    /// Time until the next expired retry in ms, if one remains.
+    pub expired_retry_in_ms: Option<u64>,
+    /// Request-rejected streak count.
+    pub rejected_streak: u32,
+    /// Age of the last refusal in ms.
+    pub rejected_age_ms: Option<u64>,
+}
+
+impl Default for ConnectionState {
+    fn default() -> Self {
+        ConnectionState {
+            terminal: None,
+            rate_limited_until: None,
+            last_cooldown: Duration::ZERO,
+            backoff_level: 0,
+            last_error: None,
+            last_error_type: None,
+            error_code: None,
+            expired_retries: 0,
+            expired_retry_at: None,
+            streak: None,
+        }
+    }
+}
+
+impl ConnectionState {
+    /// A healthy connection.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The status shown in the health JSON.
+    pub fn status(&self, now: Instant) -> ConnectionStatus {
+        match self.terminal {
+            Some(t) => t.into(),
+            None if self.rate_limited_until.is_some_and(|u| now < u) => ConnectionStatus::Unavailable,
+            None => ConnectionStatus::Active,
+        }
+    }
+
+    /// The terminal state, if any.
+    pub fn terminal(&self) -> Option<TerminalState> {
+        self.terminal
+    }
+
+    /// The cooldown's end, if one is active at `now`.
+    pub fn rate_limited_until(&self, now: Instant) -> Option<Instant> {
+        self.rate_limited_until.filter(|u| now < *u)
+    }
+
+    /// The stored backoff level.
+    pub fn backoff_level(&self) -> u32 {
+        self.backoff_level
+    }
+
+    /// The last error's reason.
+    pub fn last_error_type(&self) -> Option<Reason> {
+        self.last_error_type
+    }
+
+    /// The last error's message.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    /// The last upstream status.
+    pub fn error_code(&self) -> Option<u16> {
+        self.error_code
+    }
+
+    /// Whether the connection can take a request at `now`.
+    pub fn availability(&self, now: Instant) -> Availability {
+        if let Some(state) = self.terminal {
+            let retry_in = match (state, self.expired_retry_at) {
+                (TerminalState::Expired, Some(at)) => Some(at.saturating_duration_since(now)),
+                _ => None,
+            };
+            if retry_in == Some(Duration::ZERO) {
+                return Availability::Available;
+            }
+            return Availability::Terminal { state, retry_in };
+        }
+        match self.rate_limited_until {
+            Some(until) if now < until => {
+                Availability::CoolingDown { remaining: until - now, reason: self.last_error_type }
+            }
+            _ => Availability::Available,
+        }
+    }
+
+    /// Called when routing picks this connection. An expired cooldown ends here (lazy
+    /// recovery); if the connection then stayed quiet for as long as that cooldown lasted, its
+    /// backoff level restarts at 0. A due expired-credentials retry is consumed here, so that
+    /// only one request probes the credentials.
+    pub fn on_selected(&mut self, now: Instant) {
+        if let Some(until) = self.rate_limited_until
+            && now >= until
+        {
+            self.rate_limited_until = None;
+            if now.saturating_duration_since(until) >= self.last_cooldown {
+                self.backoff_level = 0;
+            }
+        }
+        if self.terminal == Some(TerminalState::Expired) && self.expired_retry_at.is_some_and(|at| now >= at) {
+            self.expired_retries += 1;
+            self.expired_retry_at = (self.expired_retries < EXPIRED_RETRY_MAX)
+                .then(|| now + scaled(EXPIRED_RETRY_BASE, self.expired_retries));
+        }
+    }
+
+    /// The level classification should use at `now` (see [`ConnectionState::on_selected`]).
+    pub fn level_for(&self, now: Instant) -> u32 {
+        match self.rate_limited_until {
+            Some(until) if now >= until && now.saturating_duration_since(until) >= self.last_cooldown => 0,
+            _ => self.backoff_level,
+        }
+    }
+
+    /// A success clears every error field (and ends an expired state on a successful retry).
+    pub fn record_success(&mut self) {
+        *self = ConnectionState::default();
+    }
+
+    /// An operator reset: the same as a success.
+    pub fn reset(&mut self) {
+        self.record_success();
+    }
+
+    /// Applies a classified failure. `disable_cooling` skips cooldowns (terminal states still
+    /// apply). A failure while a cooldown is active, or on a terminal connection, changes
+    /// nothing (anti-thundering-herd: N concurrent failures raise the level once).
+    pub fn record_failure(
+        &mut self,
+        now: Instant,
+        decision: &Decision,
+        message: &str,
+        disable_cooling: bool,
+    ) -> Applied {
+        if self.terminal.is_some() {
+            return Applied::Unchanged;
+        }
+        if self.rate_limited_until.is_some_and(|u| now < u) {
+            return Applied::Unchanged;
+        }
+        let effect = match decision.connection {
+            ConnectionEffect::RequestRejected => self.refusal(now),
+            other => other,
+        };
+        match effect {
+            ConnectionEffect::None | ConnectionEffect::RequestRejected => Applied::Unchanged,
+            ConnectionEffect::Terminal(t) => {
+                self.note_error(decision, message);
+                self.terminal = Some(t);
+                self.rate_limited_until = None;
+                self.expired_retries = 0;
+                self.expired_retry_at = (t == TerminalState::Expired).then(|| now + EXPIRED_RETRY_BASE);
+                Applied::Terminal(t)
+            }
+            ConnectionEffect::Cooldown { duration, new_level, .. } => {
+                if disable_cooling || duration.is_zero() {
+                    return Applied::Unchanged;
+                }
+                self.note_error(decision, message);
+                let until = now + duration;
+                self.rate_limited_until = Some(until);
+                self.last_cooldown = duration;
+                self.backoff_level = new_level;
+                Applied::Cooldown { until, level: new_level }
+            }
+        }
+    }
+
+    /// The request-rejected streak: 5 min, 15 min, then banned.
+    fn refusal(&mut self, now: Instant) -> ConnectionEffect {
+        let count = match self.streak {
+            Some(s) if now.saturating_duration_since(s.last_refusal_at) < REQUEST_REJECTED_WINDOW => s.count + 1,
+            _ => 1,
+        };
+        if count as usize > REQUEST_REJECTED_COOLDOWNS.len() {
+            self.streak = None;
+            return ConnectionEffect::Terminal(TerminalState::Banned);
+        }
+        self.streak = Some(Streak { count, last_refusal_at: now });
+        ConnectionEffect::Cooldown {
+            duration: REQUEST_REJECTED_COOLDOWNS[count as usize - 1],
+            new_level: self.backoff_level,
+            hint: None,
+        }
+    }
+
+    fn note_error(&mut self, decision: &Decision, message: &str) {
+        // Reuse the stored message's buffer: failures are the hot path under an outage.
+        let mut buf = self.last_error.take().unwrap_or_default();
+        buf.clear();
+        let end = message.char_indices().nth(500).map_or(message.len(), |(i, _)| i);
+        buf.push_str(&message[..end]);
+        self.last_error = Some(buf);
+        self.last_error_type = Some(decision.reason);
+        self.error_code = Some(decision.status);
+    }
+
+    /// The persisted form at `now`.
+    pub fn snapshot(&self, now: Instant) -> ConnectionSnapshot {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        ConnectionSnapshot {
+            terminal: self.terminal,
+            cooldown_remaining_ms: self.rate_limited_until.map_or(0, |u| ms(u.saturating_duration_since(now))),
+            last_cooldown_ms: ms(self.last_cooldown),
+            backoff_level: self.backoff_level,
+            last_error: self.last_error.clone(),
+            last_error_type: self.last_error_type,
+            error_code: self.error_code,
+            expired_retries: self.expired_retries,
+            expired_retry_in_ms: self.expired_retry_at.map(|a| ms(a.saturating_duration_since(now))),
+            rejected_streak: self.streak.map_or(0, |s| s.count),
+            rejected_age_ms: self.streak.map(|s| ms(now.saturating_duration_since(s.last_refusal_at))),
+        }
+    }
+
+    /// Rebuilds the state from a snapshot at `now`.
+    pub fn restore(s: &ConnectionSnapshot, now: Instant) -> Self {
+        let d = Duration::from_millis;
+        ConnectionState {
+            terminal: s.terminal,
+            rate_limited_until: (s.cooldown_remaining_ms > 0).then(|| now + d(s.cooldown_remaining_ms)),
+            last_cooldown: d(s.last_cooldown_ms),
+            backoff_level: s.backoff_level,
+            last_error: s.last_error.clone(),
+            last_error_type: s.last_error_type,
+            error_code: s.error_code,
+            expired_retries: s.expired_retries,
+            expired_retry_at: s.expired_retry_in_ms.map(|m| now + d(m)),
+            streak: match (s.rejected_streak, s.rejected_age_ms) {
+                (c, Some(age)) if c > 0 && d(age) < REQUEST_REJECTED_WINDOW => {
+                    // An age beyond the process's own past cannot be represented; the streak
+                    // then restarts, which errs towards fewer bans.
+                    now.checked_sub(d(age)).map(|at| Streak { count: c, last_refusal_at: at })
+                }
+                _ => None,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "connection_tests.rs"]
+mod tests;

@@ -1,0 +1,297 @@
+//! Connection state tests: SPEC M3 rows, BEHAVIOUR.md §3.6–§3.7 and §12.15
+//! (request-rejected streak), plus a model-based proptest.
+
+use super::*;
+use crate::classify::{CooldownProfile, ErrorInput, classify};
+use crate::testutil::t0;
+use crate::types::ProviderClass;
+use proptest::prelude::*;
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+
+fn api_profile() -> CooldownProfile {
+    CooldownProfile { base: S(3), max_steps: 5, cap: S(1800), use_hints: true }
+}
+
+fn decide(class: ProviderClass, status: u16, headers: &[(&str, &str)], body: &str, level: u32) -> Decision {
+    let profile = match class {
+        ProviderClass::OAuth => CooldownProfile { base: S(5), max_steps: 8, cap: S(1800), use_hints: false },
+        _ => api_profile(),
+    };
+    classify(
+        &ErrorInput {
+            provider: "p",
+            class,
+            status,
+            headers,
+            body,
+            backoff_level: level,
+            wall_now_ms: None,
+            until_daily_reset: None,
+        },
+        &profile,
+        &[],
+    )
+}
+
+/// Fails the connection as the engine does: with the level it would classify with.
+fn fail(c: &mut ConnectionState, now: Instant, class: ProviderClass, status: u16, body: &str) -> Applied {
+    c.on_selected(now);
+    let d = decide(class, status, &[], body, c.level_for(now));
+    c.record_failure(now, &d, body, false)
+}
+
+#[test]
+fn api_key_ladder_3_6_12_24_48_96_when_failing_right_after_expiry() {
+    let mut now = t0();
+    let mut c = ConnectionState::new();
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        match fail(&mut c, now, ProviderClass::ApiKey, 429, "") {
+            Applied::Cooldown { until, .. } => {
+                seen.push((until - now).as_secs());
+                now = until;
+            }
+            other => panic!("expected a cooldown, got {other:?}"),
+        }
+    }
+    assert_eq!(seen, vec![3, 6, 12, 24, 48, 96, 96, 96]);
+}
+
+#[test]
+fn level_restarts_after_a_quiet_period() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    fail(&mut c, now, ProviderClass::ApiKey, 429, "");
+    let t = now + S(3);
+    fail(&mut c, t, ProviderClass::ApiKey, 429, "");
+    assert_eq!(c.backoff_level(), 2);
+    // The 6 s cooldown ends at t+6; quiet for another 6 s, then selected: back to level 0.
+    let later = t + S(12);
+    assert_eq!(c.level_for(later), 0);
+    assert_eq!(
+        fail(&mut c, later, ProviderClass::ApiKey, 429, ""),
+        Applied::Cooldown { until: later + S(3), level: 1 }
+    );
+}
+
+#[test]
+fn retry_after_wins_for_api_keys() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    let d = decide(ProviderClass::ApiKey, 429, &[("Retry-After", "42")], "", 3);
+    assert_eq!(c.record_failure(now, &d, "", false), Applied::Cooldown { until: now + S(42), level: 0 });
+    assert_eq!(d.client_retry_after, Some(S(42)));
+}
+
+#[test]
+fn oauth_ignores_retry_hints_and_uses_its_ladder() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    let d = decide(ProviderClass::OAuth, 429, &[("Retry-After", "42")], "", 0);
+    assert_eq!(c.record_failure(now, &d, "", false), Applied::Cooldown { until: now + S(5), level: 1 });
+}
+
+#[test]
+fn concurrent_failures_raise_the_level_once() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    let d = decide(ProviderClass::ApiKey, 429, &[], "", 0);
+    let first = c.record_failure(now, &d, "", false);
+    for i in 1..10 {
+        assert_eq!(c.record_failure(now + Duration::from_millis(i * 100), &d, "", false), Applied::Unchanged);
+    }
+    assert_eq!(first, Applied::Cooldown { until: now + S(3), level: 1 });
+    assert_eq!(c.backoff_level(), 1);
+    assert_eq!(c.rate_limited_until(now), Some(now + S(3)));
+}
+
+#[test]
+fn terminal_states_are_never_overwritten() {
+    let now = t0();
+    for (status, body, state) in [
+        (401, "This account has been deactivated", TerminalState::Banned),
+        (402, "credit_balance_too_low", TerminalState::CreditsExhausted),
+        (401, "invalid token", TerminalState::Expired),
+    ] {
+        let mut c = ConnectionState::new();
+        assert_eq!(fail(&mut c, now, ProviderClass::ApiKey, status, body), Applied::Terminal(state), "{status} {body}");
+        assert_eq!(fail(&mut c, now + S(1), ProviderClass::ApiKey, 429, "rate limit"), Applied::Unchanged);
+        assert_eq!(c.terminal(), Some(state));
+        assert_eq!(c.status(now + S(1)), ConnectionStatus::from(state));
+    }
+}
+
+#[test]
+fn expired_allows_three_spaced_retries_then_stays() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    fail(&mut c, now, ProviderClass::ApiKey, 401, "token expired");
+    assert_eq!(c.availability(now), Availability::Terminal { state: TerminalState::Expired, retry_in: Some(S(300)) });
+    let mut t = now;
+    for gap in [300, 600, 1200] {
+        t += S(gap);
+        assert_eq!(c.availability(t), Availability::Available, "retry due after {gap} s");
+        c.on_selected(t);
+        // Only one request probes the credentials.
+        assert!(matches!(c.availability(t), Availability::Terminal { .. }));
+        fail(&mut c, t, ProviderClass::ApiKey, 401, "token expired");
+    }
+    assert_eq!(
+        c.availability(t + S(100_000)),
+        Availability::Terminal { state: TerminalState::Expired, retry_in: None }
+    );
+}
+
+#[test]
+fn expired_retry_success_recovers() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    fail(&mut c, now, ProviderClass::ApiKey, 401, "expired");
+    c.on_selected(now + S(300));
+    c.record_success();
+    assert_eq!(c.status(now + S(300)), ConnectionStatus::Active);
+}
+
+#[test]
+fn request_rejected_streak_5min_15min_then_banned() {
+    let t0 = t0();
+    let body = "Request not allowed";
+    let mut c = ConnectionState::new();
+    assert_eq!(fail(&mut c, t0, ProviderClass::OAuth, 403, body), Applied::Cooldown { until: t0 + S(300), level: 0 });
+    // Refusals in flight during the cooldown are the same episode.
+    for s in 1..=3 {
+        assert_eq!(fail(&mut c, t0 + S(s), ProviderClass::OAuth, 403, body), Applied::Unchanged);
+    }
+    let t1 = t0 + S(300);
+    assert_eq!(fail(&mut c, t1, ProviderClass::OAuth, 403, body), Applied::Cooldown { until: t1 + S(900), level: 0 });
+    let t2 = t1 + S(900);
+    assert_eq!(fail(&mut c, t2, ProviderClass::OAuth, 403, body), Applied::Terminal(TerminalState::Banned));
+}
+
+#[test]
+fn request_rejected_streak_resets_after_window_or_success() {
+    let t0 = t0();
+    let body = "Request not allowed";
+    let mut c = ConnectionState::new();
+    fail(&mut c, t0, ProviderClass::OAuth, 403, body);
+    let later = t0 + REQUEST_REJECTED_WINDOW + S(1);
+    assert_eq!(
+        fail(&mut c, later, ProviderClass::OAuth, 403, body),
+        Applied::Cooldown { until: later + S(300), level: 0 }
+    );
+    c.record_success();
+    let t = later + S(400);
+    assert_eq!(fail(&mut c, t, ProviderClass::OAuth, 403, body), Applied::Cooldown { until: t + S(300), level: 0 });
+}
+
+#[test]
+fn provider_level_failures_never_cool_the_connection() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    for s in [408, 500, 502, 503, 504] {
+        assert_eq!(fail(&mut c, now, ProviderClass::ApiKey, s, "upstream error"), Applied::Unchanged, "{s}");
+    }
+    assert_eq!(c.status(now), ConnectionStatus::Active);
+}
+
+#[test]
+fn disable_cooling_skips_cooldowns_but_not_terminal_states() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    let d = decide(ProviderClass::ApiKey, 429, &[], "", 0);
+    assert_eq!(c.record_failure(now, &d, "", true), Applied::Unchanged);
+    let d = decide(ProviderClass::ApiKey, 402, &[], "", 0);
+    assert_eq!(c.record_failure(now, &d, "", true), Applied::Terminal(TerminalState::CreditsExhausted));
+}
+
+#[test]
+fn success_clears_everything() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    fail(&mut c, now, ProviderClass::ApiKey, 429, "rate limit");
+    c.record_success();
+    assert_eq!(c, ConnectionState::new());
+}
+
+#[test]
+fn snapshot_round_trip() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    fail(&mut c, now, ProviderClass::ApiKey, 429, "rate limit");
+    let snap = c.snapshot(now + S(1));
+    assert_eq!(snap.cooldown_remaining_ms, 2_000);
+    let r = ConnectionState::restore(&snap, now + S(100));
+    assert_eq!(r.rate_limited_until(now + S(100)), Some(now + S(102)));
+    assert_eq!(r.backoff_level(), 1);
+    assert_eq!(r.last_error_type(), Some(Reason::RateLimitExceeded));
+}
+
+// ---- model-based property test ----
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(u64),
+    Fail(u16, u8),
+    Success,
+    Select,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u64..120_000).prop_map(Op::Advance),
+        6 => (prop_oneof![Just(429u16), Just(401), Just(402), Just(403), Just(503), Just(500)], 0u8..4).prop_map(|(s, b)| Op::Fail(s, b)),
+        1 => Just(Op::Success),
+        2 => Just(Op::Select),
+    ]
+}
+
+const BODIES: [&str; 4] = ["", "rate limit", "Request not allowed", "account has been deactivated"];
+
+proptest! {
+    #[test]
+    fn connection_invariants(ops in proptest::collection::vec(op(), 1..150), oauth in any::<bool>()) {
+        let class = if oauth { ProviderClass::OAuth } else { ProviderClass::ApiKey };
+        let start = t0();
+        let mut now = start;
+        let mut c = ConnectionState::new();
+        let mut last_cooldown: Option<(Instant, Duration, u32)> = None;
+        for op in ops {
+            let before = c.clone();
+            match op {
+                Op::Advance(ms) => now += Duration::from_millis(ms),
+                Op::Success => { c.record_success(); last_cooldown = None; }
+                Op::Select => c.on_selected(now),
+                Op::Fail(status, b) => {
+                    let body = BODIES[b as usize];
+                    let d = decide(class, status, &[], body, c.level_for(now));
+                    let applied = c.record_failure(now, &d, body, false);
+                    // A terminal state is never overwritten.
+                    if let Some(t) = before.terminal() {
+                        prop_assert_eq!(c.terminal(), Some(t));
+                        prop_assert_eq!(applied, Applied::Unchanged);
+                    }
+                    // A failure during an active cooldown neither shortens nor extends it.
+                    if let Some(until) = before.rate_limited_until(now) {
+                        prop_assert_eq!(c.rate_limited_until(now), Some(until));
+                        prop_assert_eq!(c.backoff_level(), before.backoff_level());
+                    }
+                    if let Applied::Cooldown { until, level } = applied {
+                        let len = until - now;
+                        // Backoff is capped, and monotone along one unbroken ladder.
+                        prop_assert!(len <= S(1800));
+                        if let (Some((prev_end, prev_len, prev_level)), None) = (last_cooldown, d.client_retry_after)
+                            && d.reason == Reason::RateLimitExceeded && now.saturating_duration_since(prev_end) < prev_len && level > prev_level {
+                                prop_assert!(len >= prev_len, "ladder went down: {:?} after {:?}", len, prev_len);
+                            }
+                        // Only ladder cooldowns of one kind continue one ladder.
+                        last_cooldown = (d.reason == Reason::RateLimitExceeded && d.client_retry_after.is_none() && level > 0).then_some((until, len, level));
+                    }
+                }
+            }
+            if before.terminal().is_some() && !matches!(op, Op::Success | Op::Select) {
+                prop_assert_eq!(c.terminal(), before.terminal());
+            }
+        }
+    }
+}

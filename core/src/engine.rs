@@ -1,0 +1,598 @@
+//! The engine: every resilience layer composed for routing, as one synchronous value.
+//!
+//! The shell asks it to pick a connection among candidates, dispatches, and reports the
+//! outcome; the engine classifies, updates the breaker, the connection, the lockouts and the
+//! provider cooldown tracker, and says what the client should see. Production and simulation
+//! call the same methods.
+
+use crate::breaker::BreakerConfig;
+use crate::breaker::{Admission, BreakerRegistry, BreakerState, BreakerTransition, Outcome, Ticket};
+use crate::classify::CooldownProfile;
+use crate::classify::{ConnectionEffect, Decision, ErrorInput, classify, classify_transport};
+use crate::connection::{Applied, Availability, ConnectionSnapshot, ConnectionState};
+use crate::lockout::LockoutConfig;
+use crate::lockout::{LockRequest, ModelLockouts, rule_lock_scope};
+use crate::provider_cooldown::ProviderCooldownConfig;
+use crate::provider_cooldown::ProviderCooldownTracker;
+use crate::settings::ResilienceSettings;
+use crate::types::{ProviderClass, Reason, TerminalState};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One routable (provider, connection, model) target.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'a> {
+    /// Provider id.
+    pub provider: &'a str,
+    /// Provider class.
+    pub class: ProviderClass,
+    /// Connection id.
+    pub connection: &'a str,
+    /// Model as sent upstream.
+    pub model: &'a str,
+    /// The model's quota family, if the provider declares one.
+    pub family: Option<&'a str>,
+}
+
+/// How to choose among eligible candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// The first eligible, in order.
+    Priority,
+    /// Rotate through eligible candidates (cursor per `key`).
+    RoundRobin,
+    /// A seeded random eligible candidate.
+    Random,
+}
+
+/// Why a candidate was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExclusionReason {
+    /// The provider's breaker is open (or its probe slots are taken).
+    CircuitOpen,
+    /// The M2 tracker says the provider or connection is cooling.
+    ProviderCooldown,
+    /// The connection is cooling down.
+    Unavailable,
+    /// The model is locked out on this connection.
+    ModelLockout,
+    /// The connection is terminal (not a timer).
+    Terminal(TerminalState),
+    /// The caller asked to skip it (already tried in this request).
+    Skipped,
+}
+
+impl ExclusionReason {
+    /// The name used in `diagnostics.excluded[]`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExclusionReason::CircuitOpen => "circuit_open",
+            ExclusionReason::ProviderCooldown => "provider_cooldown",
+            ExclusionReason::Unavailable => "unavailable",
+            ExclusionReason::ModelLockout => "model_lockout",
+            ExclusionReason::Terminal(t) => t.as_str(),
+            ExclusionReason::Skipped => "skipped",
+        }
+    }
+
+    /// Whether a timer ends this exclusion by itself.
+    pub fn is_timer(self) -> bool {
+        matches!(
+            self,
+            ExclusionReason::CircuitOpen
+                | ExclusionReason::ProviderCooldown
+                | ExclusionReason::Unavailable
+                | ExclusionReason::ModelLockout
+        )
+    }
+}
+
+/// One skipped candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exclusion {
+    /// Index into the candidates.
+    pub index: usize,
+    /// Why.
+    pub reason: ExclusionReason,
+    /// Time until it may be eligible again (zero if unknown or not a timer).
+    pub retry_after: Duration,
+}
+
+/// What `select` decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Dispatch to `candidates[index]`, reporting the outcome with `ticket`.
+    Pick {
+        /// The candidate.
+        index: usize,
+        /// The breaker ticket.
+        ticket: Ticket,
+    },
+    /// Nothing is eligible.
+    NoneEligible(Vec<Exclusion>),
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy)]
+pub enum AttemptOutcome<'a> {
+    /// The upstream answered well (for a stream: it finished).
+    Success,
+    /// The upstream answered with an error status.
+    Upstream {
+        /// Status.
+        status: u16,
+        /// Headers.
+        headers: &'a [(&'a str, &'a str)],
+        /// Body text.
+        body: &'a str,
+    },
+    /// The upstream could not be reached or the connection broke before a response.
+    Transport,
+    /// The stream was aborted by the watchdog: the provider was too slow (provider-level).
+    TooSlow,
+    /// The client went away, or a local limit refused it: says nothing about the upstream.
+    Neutral,
+}
+
+/// A state change anywhere in the engine, as the shell logs it and the simulation checks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A breaker moved.
+    Breaker(BreakerTransition),
+    /// A connection started a cooldown.
+    ConnectionCooldown {
+        /// Connection id.
+        connection: Arc<str>,
+        /// Its end.
+        until: Instant,
+        /// Stored backoff level.
+        level: u32,
+        /// Why.
+        reason: Reason,
+    },
+    /// A connection became terminal.
+    ConnectionTerminal {
+        /// Connection id.
+        connection: Arc<str>,
+        /// Which state.
+        state: TerminalState,
+    },
+    /// A connection recovered (success after errors, or operator reset).
+    ConnectionRecovered {
+        /// Connection id.
+        connection: Arc<str>,
+    },
+    /// A model lockout was recorded.
+    Lockout {
+        /// Provider.
+        provider: Arc<str>,
+        /// Connection.
+        connection: Arc<str>,
+        /// Model.
+        model: Arc<str>,
+        /// Its length.
+        cooldown: Duration,
+    },
+}
+
+/// Configs derived from the settings once, not per decision.
+#[derive(Debug, Clone)]
+struct Derived {
+    breaker: [BreakerConfig; 3],
+    profile: [CooldownProfile; 3],
+    lockout: LockoutConfig,
+    provider_cooldown: ProviderCooldownConfig,
+}
+
+impl Derived {
+    fn new(s: &ResilienceSettings) -> Self {
+        let classes = [ProviderClass::ApiKey, ProviderClass::OAuth, ProviderClass::Local];
+        Derived {
+            breaker: classes.map(|c| s.breaker_config(c)),
+            profile: classes.map(|c| s.cooldown_profile(c)),
+            lockout: s.lockout_config(),
+            provider_cooldown: s.provider_cooldown_config(),
+        }
+    }
+
+    fn index(class: ProviderClass) -> usize {
+        match class {
+            ProviderClass::ApiKey => 0,
+            ProviderClass::OAuth => 1,
+            ProviderClass::Local => 2,
+        }
+    }
+
+    fn breaker(&self, class: ProviderClass) -> &BreakerConfig {
+        &self.breaker[Self::index(class)]
+    }
+
+    fn profile(&self, class: ProviderClass) -> &CooldownProfile {
+        &self.profile[Self::index(class)]
+    }
+}
+
+/// The engine.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    settings: ResilienceSettings,
+    derived: Derived,
+    breakers: BreakerRegistry,
+    connections: BTreeMap<String, ConnectionState>,
+    lockouts: ModelLockouts,
+    tracker: ProviderCooldownTracker,
+    cursors: BTreeMap<String, usize>,
+    rng: ChaCha8Rng,
+    events: VecDeque<Event>,
+    /// Interned ids, so that events name providers, connections and models without
+    /// allocating on every failure.
+    ids: BTreeMap<String, Arc<str>>,
+}
+
+/// Cap on undrained events.
+const EVENT_CAP: usize = 4096;
+
+impl Engine {
+    /// An engine with validated settings and a seed for its RNG.
+    pub fn new(settings: ResilienceSettings, seed: u64) -> Self {
+        Engine {
+            derived: Derived::new(&settings),
+            settings,
+            breakers: BreakerRegistry::default(),
+            connections: BTreeMap::new(),
+            lockouts: ModelLockouts::new(),
+            tracker: ProviderCooldownTracker::new(),
+            cursors: BTreeMap::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            events: VecDeque::new(),
+            ids: BTreeMap::new(),
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ResilienceSettings {
+        &self.settings
+    }
+
+    /// Replaces the settings (already validated); state is kept.
+    pub fn set_settings(&mut self, settings: ResilienceSettings) {
+        self.derived = Derived::new(&settings);
+        self.settings = settings;
+    }
+
+    /// The breakers.
+    pub fn breakers(&self) -> &BreakerRegistry {
+        &self.breakers
+    }
+
+    /// The breakers, mutably (restore, reset).
+    pub fn breakers_mut(&mut self) -> &mut BreakerRegistry {
+        &mut self.breakers
+    }
+
+    /// A connection's state (a fresh one if never seen).
+    pub fn connection(&self, id: &str) -> ConnectionState {
+        self.connections.get(id).cloned().unwrap_or_default()
+    }
+
+    /// Every connection seen, by id.
+    pub fn connections(&self) -> impl Iterator<Item = (&str, &ConnectionState)> {
+        self.connections.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Restores a persisted connection state.
+    pub fn restore_connection(&mut self, id: &str, snap: &ConnectionSnapshot, now: Instant) {
+        self.connections.insert(id.to_owned(), ConnectionState::restore(snap, now));
+    }
+
+    /// Operator reset of one connection.
+    pub fn reset_connection(&mut self, id: &str) {
+        if self.connections.remove(id).is_some() {
+            {
+                let connection = self.intern(id);
+                self.push(Event::ConnectionRecovered { connection });
+            }
+        }
+    }
+
+    /// The model lockouts.
+    pub fn lockouts(&self) -> &ModelLockouts {
+        &self.lockouts
+    }
+
+    /// The model lockouts, mutably (clear).
+    pub fn lockouts_mut(&mut self) -> &mut ModelLockouts {
+        &mut self.lockouts
+    }
+
+    /// The next event, oldest first.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        if let Some(t) = self.breakers.poll_event() {
+            return Some(Event::Breaker(t));
+        }
+        self.events.pop_front()
+    }
+
+    /// The earliest instant at which some state changes by itself.
+    pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        let conn = self.connections.values().filter_map(|c| c.rate_limited_until(now)).min();
+        [self.breakers.poll_timeout(), conn, self.lockouts.poll_timeout(now)].into_iter().flatten().min()
+    }
+
+    /// Operator reset: every breaker closed, every lockout cleared. Returns the breaker count.
+    pub fn reset_all(&mut self, now: Instant) -> usize {
+        self.lockouts.clear_all();
+        self.breakers.reset_all(now)
+    }
+
+    /// Drops expired bookkeeping (lockouts past their window, idle tracker records).
+    pub fn sweep(&mut self, now: Instant) {
+        self.lockouts.sweep(now, &self.derived.lockout);
+        self.tracker.sweep(now, &self.derived.provider_cooldown);
+    }
+
+    fn push(&mut self, e: Event) {
+        if self.events.len() >= EVENT_CAP {
+            self.events.pop_front();
+        }
+        self.events.push_back(e);
+    }
+
+    /// Why a candidate is not eligible at `now`, if it is not. Reads only.
+    pub fn exclusion(&self, now: Instant, c: &Candidate<'_>) -> Option<(ExclusionReason, Duration)> {
+        if let Some(b) = self.breakers.get(c.provider)
+            && !b.can_execute(now)
+        {
+            return Some((ExclusionReason::CircuitOpen, b.retry_after(now)));
+        }
+        let pc = &self.derived.provider_cooldown;
+        if pc.enabled {
+            let r = self.tracker.remaining(now, pc, c.class, c.provider, None).max(self.tracker.remaining(
+                now,
+                pc,
+                c.class,
+                c.provider,
+                Some(c.connection),
+            ));
+            if !r.is_zero() {
+                return Some((ExclusionReason::ProviderCooldown, r));
+            }
+        }
+        if let Some(state) = self.connections.get(c.connection) {
+            match state.availability(now) {
+                Availability::Available => {}
+                Availability::CoolingDown { remaining, .. } => return Some((ExclusionReason::Unavailable, remaining)),
+                Availability::Terminal { state, retry_in } => {
+                    return Some((ExclusionReason::Terminal(state), retry_in.unwrap_or(Duration::ZERO)));
+                }
+            }
+        }
+        if let Some((remaining, _)) = self.lockouts.remaining(now, c.provider, c.connection, c.model, c.family) {
+            return Some((ExclusionReason::ModelLockout, remaining));
+        }
+        None
+    }
+
+    /// Picks one eligible candidate by `strategy`, admits it through its provider's breaker
+    /// and marks the connection selected. `skip` holds connection ids already tried in this
+    /// request; `cursor_key` names the round-robin cursor (a combo or model name).
+    pub fn select(
+        &mut self,
+        now: Instant,
+        candidates: &[Candidate<'_>],
+        strategy: Strategy,
+        skip: &BTreeSet<String>,
+        cursor_key: &str,
+    ) -> Selection {
+        let mut excluded = Vec::new();
+        let mut eligible = Vec::new();
+        for (i, c) in candidates.iter().enumerate() {
+            if skip.contains(c.connection) {
+                excluded.push(Exclusion { index: i, reason: ExclusionReason::Skipped, retry_after: Duration::ZERO });
+                continue;
+            }
+            match self.exclusion(now, c) {
+                Some((reason, retry_after)) => excluded.push(Exclusion { index: i, reason, retry_after }),
+                None => eligible.push(i),
+            }
+        }
+        // Try eligible candidates in strategy order; the breaker may still refuse (a probe
+        // slot was taken by the previous candidate of the same provider).
+        let order = self.order(strategy, &eligible, cursor_key);
+        for i in order {
+            let c = &candidates[i];
+            match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
+                Admission::Admit(ticket) | Admission::Probe(ticket) => {
+                    self.connection_mut(c.connection).on_selected(now);
+                    return Selection::Pick { index: i, ticket };
+                }
+                Admission::Reject { retry_after } => {
+                    excluded.push(Exclusion { index: i, reason: ExclusionReason::CircuitOpen, retry_after })
+                }
+            }
+        }
+        excluded.sort_by_key(|e| e.index);
+        Selection::NoneEligible(excluded)
+    }
+
+    fn order(&mut self, strategy: Strategy, eligible: &[usize], cursor_key: &str) -> Vec<usize> {
+        if eligible.is_empty() {
+            return Vec::new();
+        }
+        let start = match strategy {
+            Strategy::Priority => 0,
+            Strategy::RoundRobin => {
+                if !self.cursors.contains_key(cursor_key) {
+                    self.cursors.insert(cursor_key.to_owned(), 0);
+                }
+                let Some(cursor) = self.cursors.get_mut(cursor_key) else { return eligible.to_vec() };
+                let s = *cursor % eligible.len();
+                *cursor = cursor.wrapping_add(1);
+                s
+            }
+            Strategy::Random => self.rng.random_range(0..eligible.len()),
+        };
+        eligible.iter().cycle().skip(start).take(eligible.len()).copied().collect()
+    }
+
+    /// Reports an attempt's outcome. `same_provider_next` is true inside a combo when the next
+    /// target is on the same provider (a provider-level failure is then not counted).
+    /// `profile` is the provider's rule profile (usually its id). Returns the decision for an
+    /// upstream failure.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &mut self,
+        now: Instant,
+        c: &Candidate<'_>,
+        profile: &str,
+        ticket: Ticket,
+        outcome: AttemptOutcome<'_>,
+        same_provider_next: bool,
+        disable_cooling: bool,
+        wall_now_ms: Option<u64>,
+    ) -> Option<Decision> {
+        let bcfg = self.derived.breaker(c.class);
+        match outcome {
+            AttemptOutcome::Success => {
+                self.breakers.get_or_insert(c.provider, bcfg, now).handle_outcome(now, ticket, Outcome::Success);
+                let conn = self.connection_mut(c.connection);
+                let had_errors = *conn != ConnectionState::default();
+                conn.record_success();
+                if had_errors {
+                    let connection = self.intern(c.connection);
+                    self.push(Event::ConnectionRecovered { connection });
+                }
+                self.lockouts.decay(c.provider, c.connection, c.model, c.family);
+                self.tracker.record_success(c.provider, None);
+                self.tracker.record_success(c.provider, Some(c.connection));
+                None
+            }
+            AttemptOutcome::Neutral => {
+                self.breakers.get_or_insert(c.provider, bcfg, now).handle_outcome(now, ticket, Outcome::Ignored);
+                None
+            }
+            AttemptOutcome::Transport | AttemptOutcome::TooSlow => {
+                let mut d = classify_transport();
+                if matches!(outcome, AttemptOutcome::TooSlow) {
+                    d.status = 504;
+                    d.reason = Reason::ServerError;
+                }
+                self.apply(now, c, ticket, &d, "", same_provider_next, disable_cooling);
+                Some(d)
+            }
+            AttemptOutcome::Upstream { status, headers, body } => {
+                let level = self.connections.get(c.connection).map_or(0, |s| s.level_for(now));
+                let input = ErrorInput {
+                    provider: profile,
+                    class: c.class,
+                    status,
+                    headers,
+                    body,
+                    backoff_level: level,
+                    wall_now_ms,
+                    until_daily_reset: None,
+                };
+                let d = classify(&input, self.derived.profile(c.class), &self.settings.error_rules);
+                self.apply(now, c, ticket, &d, body, same_provider_next, disable_cooling);
+                Some(d)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        now: Instant,
+        c: &Candidate<'_>,
+        ticket: Ticket,
+        d: &Decision,
+        message: &str,
+        same_provider_next: bool,
+        disable_cooling: bool,
+    ) {
+        let bcfg = self.derived.breaker(c.class);
+        let breaker_outcome = if d.trips_breaker && !same_provider_next {
+            Outcome::Failure { connection: Some(c.connection) }
+        } else {
+            Outcome::Ignored
+        };
+        self.breakers.get_or_insert(c.provider, bcfg, now).handle_outcome(now, ticket, breaker_outcome);
+        let pc = &self.derived.provider_cooldown;
+        if pc.enabled {
+            if d.trips_breaker {
+                self.tracker.record_failure(now, pc, c.class, c.provider, None);
+            } else if d.connection != ConnectionEffect::None {
+                self.tracker.record_failure(now, pc, c.class, c.provider, Some(c.connection));
+            }
+        }
+        let applied = self.connection_mut(c.connection).record_failure(now, d, message, disable_cooling);
+        match applied {
+            Applied::Cooldown { until, level } => {
+                let connection = self.intern(c.connection);
+                self.push(Event::ConnectionCooldown { connection, until, level, reason: d.reason })
+            }
+            Applied::Terminal(state) => {
+                let connection = self.intern(c.connection);
+                self.push(Event::ConnectionTerminal { connection, state })
+            }
+            Applied::Unchanged => {}
+        }
+        self.maybe_lock(now, c, d);
+    }
+
+    fn maybe_lock(&mut self, now: Instant, c: &Candidate<'_>, d: &Decision) {
+        let lc = &self.derived.lockout;
+        let rule_scope = rule_lock_scope(d.lock.scope);
+        // A model-scoped rule always locks (it replaces a connection cooldown); otherwise the
+        // settings gate it by status.
+        let gated = lc.enabled && lc.error_codes.contains(&d.status);
+        if !(gated || rule_scope.is_some()) {
+            return;
+        }
+        let exact = d.lock.cooldown.filter(|x| d.lock.upstream_reset || *x > lc.base_cooldown || rule_scope.is_some());
+        let req = LockRequest {
+            provider: c.provider,
+            connection: c.connection,
+            model: c.model,
+            family: c.family,
+            reason: d.reason,
+            status: d.status,
+            scope: rule_scope,
+            exact_cooldown: exact,
+            exact_is_upstream_reset: d.lock.upstream_reset,
+        };
+        let cooldown = self.lockouts.record_failure(now, lc, &req);
+        let (provider, connection, model) = (self.intern(c.provider), self.intern(c.connection), self.intern(c.model));
+        self.push(Event::Lockout { provider, connection, model, cooldown });
+    }
+
+    fn intern(&mut self, id: &str) -> Arc<str> {
+        if let Some(a) = self.ids.get(id) {
+            return Arc::clone(a);
+        }
+        let a: Arc<str> = Arc::from(id);
+        if self.ids.len() < 100_000 {
+            self.ids.insert(id.to_owned(), Arc::clone(&a));
+        }
+        a
+    }
+
+    fn connection_mut(&mut self, id: &str) -> &mut ConnectionState {
+        if !self.connections.contains_key(id) {
+            self.connections.insert(id.to_owned(), ConnectionState::default());
+        }
+        self.connections.get_mut(id).unwrap_or_else(|| unreachable!("inserted above"))
+    }
+
+    /// The breaker state of a provider at `now` (closed if never seen).
+    pub fn breaker_state(&self, now: Instant, provider: &str) -> BreakerState {
+        self.breakers.get(provider).map_or(BreakerState::Closed, |b| b.state(now))
+    }
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

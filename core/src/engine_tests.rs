@@ -1,0 +1,186 @@
+//! Engine tests: selection, outcome recording across layers, exclusions, determinism.
+
+use super::*;
+use crate::testutil::t0;
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+
+fn cands<'a>(ids: &'a [&'a str]) -> Vec<Candidate<'a>> {
+    ids.iter()
+        .map(|id| Candidate {
+            provider: "openai",
+            class: ProviderClass::ApiKey,
+            connection: id,
+            model: "gpt-4o",
+            family: None,
+        })
+        .collect()
+}
+
+fn pick(e: &mut Engine, now: Instant, c: &[Candidate<'_>], strategy: Strategy) -> (usize, Ticket) {
+    match e.select(now, c, strategy, &BTreeSet::new(), "k") {
+        Selection::Pick { index, ticket } => (index, ticket),
+        other => panic!("expected a pick, got {other:?}"),
+    }
+}
+
+fn upstream<'a>(status: u16, body: &'a str) -> AttemptOutcome<'a> {
+    AttemptOutcome::Upstream { status, headers: &[], body }
+}
+
+#[test]
+fn a_429_cools_one_key_and_the_next_one_serves() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c = cands(&["k1", "k2"]);
+    let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+    assert_eq!(i, 0);
+    let d = e.record(now, &c[i], "openai", t, upstream(429, "slow down"), false, false, None).expect("decision");
+    assert!(d.should_fallback);
+    let (i, _) = pick(&mut e, now, &c, Strategy::Priority);
+    assert_eq!(i, 1, "k1 is cooling");
+    assert_eq!(e.breaker_state(now, "openai"), BreakerState::Closed, "a 429 never counts toward the breaker");
+    assert!(matches!(e.poll_event(), Some(Event::ConnectionCooldown { ref connection, .. }) if &**connection == "k1"));
+}
+
+#[test]
+fn provider_failures_open_the_breaker_and_everything_is_excluded() {
+    let mut now = t0();
+    let mut settings = ResilienceSettings::default();
+    settings.breaker.api_key.dedupe_window_ms = 0;
+    let mut e = Engine::new(settings, 1);
+    let c = cands(&["k1", "k2"]);
+    for _ in 0..12 {
+        let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+        e.record(now, &c[i], "openai", t, upstream(503, "unavailable"), false, false, None);
+        now += Duration::from_millis(10);
+    }
+    assert_eq!(e.breaker_state(now, "openai"), BreakerState::Open);
+    match e.select(now, &c, Strategy::Priority, &BTreeSet::new(), "k") {
+        Selection::NoneEligible(ex) => {
+            assert_eq!(ex.len(), 2);
+            assert!(ex.iter().all(|x| x.reason == ExclusionReason::CircuitOpen
+                && x.retry_after > Duration::ZERO
+                && x.reason.is_timer()));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The connections themselves were never cooled by provider-level failures.
+    assert_eq!(e.connection("k1").status(now), crate::types::ConnectionStatus::Active);
+    // After the reset timeout one probe goes through, and its success closes the breaker.
+    now += S(30);
+    let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+    assert!(t.is_probe());
+    assert!(
+        matches!(e.select(now, &c, Strategy::Priority, &BTreeSet::new(), "k"), Selection::NoneEligible(_)),
+        "one probe at a time"
+    );
+    e.record(now, &c[i], "openai", t, AttemptOutcome::Success, false, false, None);
+    assert_eq!(e.breaker_state(now, "openai"), BreakerState::Closed);
+}
+
+#[test]
+fn same_provider_next_is_not_counted() {
+    let now = t0();
+    let mut settings = ResilienceSettings::default();
+    settings.breaker.api_key.failure_threshold = 1;
+    settings.breaker.api_key.degradation_threshold = 1;
+    let mut e = Engine::new(settings, 1);
+    let c = cands(&["k1"]);
+    let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+    e.record(now, &c[i], "openai", t, upstream(502, "bad gateway"), true, false, None);
+    assert_eq!(e.breaker_state(now, "openai"), BreakerState::Closed);
+}
+
+#[test]
+fn neutral_outcomes_touch_nothing() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c = cands(&["k1"]);
+    for _ in 0..50 {
+        let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+        assert!(e.record(now, &c[i], "openai", t, AttemptOutcome::Neutral, false, false, None).is_none());
+    }
+    assert_eq!(e.breaker_state(now, "openai"), BreakerState::Closed);
+    assert_eq!(e.breakers().get("openai").map(|b| b.failure_count()), Some(0));
+    assert_eq!(e.connection("k1"), ConnectionState::default());
+}
+
+#[test]
+fn skip_and_terminal_exclusions_are_not_timers() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c = cands(&["k1", "k2"]);
+    let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+    e.record(now, &c[i], "openai", t, upstream(401, "invalid api key"), false, false, None);
+    let skip: BTreeSet<String> = ["k2".to_owned()].into();
+    match e.select(now, &c, Strategy::Priority, &skip, "k") {
+        Selection::NoneEligible(ex) => {
+            assert_eq!(ex[0].reason, ExclusionReason::Terminal(TerminalState::Expired));
+            assert_eq!(ex[1].reason, ExclusionReason::Skipped);
+            assert!(ex.iter().all(|x| !x.reason.is_timer()));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn model_lockout_excludes_only_that_model() {
+    let now = t0();
+    let mut settings = ResilienceSettings::default();
+    settings.model_lockout.enabled = true;
+    let mut e = Engine::new(settings, 1);
+    let c = cands(&["k1"]);
+    let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+    e.record(now, &c[i], "openai", t, upstream(503, "overloaded"), false, false, None);
+    assert_eq!(e.exclusion(now, &c[0]).map(|x| x.0), Some(ExclusionReason::ModelLockout));
+    let other = Candidate { model: "gpt-4o-mini", ..c[0] };
+    assert_eq!(e.exclusion(now, &other), None);
+    assert_eq!(e.lockouts().list(now).len(), 1);
+}
+
+#[test]
+fn round_robin_rotates_and_random_is_seeded() {
+    let now = t0();
+    let ids = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let c = cands(&ids);
+    let mut e = Engine::new(ResilienceSettings::default(), 7);
+    let rr: Vec<usize> = (0..9)
+        .map(|_| {
+            let (i, t) = pick(&mut e, now, &c, Strategy::RoundRobin);
+            e.record(now, &c[i], "openai", t, AttemptOutcome::Success, false, false, None);
+            i
+        })
+        .collect();
+    assert_eq!(rr, vec![0, 1, 2, 3, 4, 5, 6, 7, 0]);
+    let draw = |seed| {
+        let mut e = Engine::new(ResilienceSettings::default(), seed);
+        (0..20)
+            .map(|_| {
+                let (i, t) = pick(&mut e, now, &c, Strategy::Random);
+                e.record(now, &c[i], "openai", t, AttemptOutcome::Success, false, false, None);
+                i
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(draw(42), draw(42), "same seed, same choices");
+    assert_ne!(draw(42), draw(43));
+}
+
+#[test]
+fn reset_all_closes_breakers_and_clears_lockouts() {
+    let now = t0();
+    let mut settings = ResilienceSettings::default();
+    settings.model_lockout.enabled = true;
+    settings.breaker.api_key.failure_threshold = 1;
+    settings.breaker.api_key.degradation_threshold = 1;
+    let mut e = Engine::new(settings, 1);
+    let c = cands(&["k1"]);
+    let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+    e.record(now, &c[i], "openai", t, upstream(503, "x"), false, false, None);
+    assert_eq!(e.breaker_state(now, "openai"), BreakerState::Open);
+    assert_eq!(e.reset_all(now), 1);
+    assert_eq!(e.breaker_state(now, "openai"), BreakerState::Closed);
+    assert!(e.lockouts().list(now).is_empty());
+    assert!(e.poll_timeout(now).is_none());
+}

@@ -1,0 +1,534 @@
+//! M6: model lockout.
+//!
+//! Locks one model (or its quota family) on one connection. Scope by status: 402/403/404/429
+//! lock the quota family (404: the model itself), anything else the exact model; an explicit
+//! scope always wins. Failures inside the escalation window raise the count and lengthen the
+//! lock; each healthy response halves the count, and at 0 the lockout is gone.
+
+use crate::settings::ModelLockoutSettings;
+use crate::types::{Reason, Scope, scaled};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Typed lockout settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockoutConfig {
+    /// Whether lockouts are recorded at all.
+    pub enabled: bool,
+    /// Statuses that lock.
+    pub error_codes: Vec<u16>,
+    /// First lock.
+    pub base_cooldown: Duration,
+    /// Longest lock (except an upstream's own reset).
+    pub max_cooldown: Duration,
+    /// Escalation steps.
+    pub max_backoff_steps: u32,
+    /// Whether repeated failures double the lock.
+    pub use_exponential_backoff: bool,
+    /// Failures within this window (plus the last lock) escalate.
+    pub escalation_window: Duration,
+}
+
+impl LockoutConfig {
+    /// From validated settings.
+    pub fn from_settings(s: &ModelLockoutSettings) -> Self {
+        LockoutConfig {
+            enabled: s.enabled,
+            error_codes: s.error_codes.iter().filter_map(|c| u16::try_from(*c).ok()).collect(),
+            base_cooldown: Duration::from_millis(s.base_cooldown_ms.max(0) as u64),
+            max_cooldown: Duration::from_millis(s.max_cooldown_ms.max(0) as u64),
+            max_backoff_steps: s.max_backoff_steps.clamp(0, 32) as u32,
+            use_exponential_backoff: s.use_exponential_backoff,
+            escalation_window: Duration::from_millis(1_800_000),
+        }
+    }
+}
+
+/// What a lock covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LockScope {
+    /// Only this exact model.
+    Exact,
+    /// The model's quota family (models sharing one quota).
+    QuotaFamily,
+}
+
+/// `explicit ?? (402/403/404/429 → quota family, else exact)`.
+pub fn resolve_scope(status: u16, explicit: Option<LockScope>) -> LockScope {
+    explicit.unwrap_or(if matches!(status, 402 | 403 | 404 | 429) { LockScope::QuotaFamily } else { LockScope::Exact })
+}
+
+/// Maps a rule scope to a lock scope: a model-scoped rule locks the exact model.
+pub fn rule_lock_scope(scope: Option<Scope>) -> Option<LockScope> {
+    match scope {
+        Some(Scope::Model) => Some(LockScope::Exact),
+        _ => None,
+    }
+}
+
+/// One lock: what it covers on its connection, and its timer and count.
+#[derive(Debug, Clone)]
+struct Lock {
+    provider: String,
+    /// The family name, or the model for not-found and exact locks (lower-cased).
+    subject: String,
+    scope: LockScope,
+    reason: Reason,
+    until: Instant,
+    failure_count: u32,
+    last_failure_at: Instant,
+    last_cooldown: Duration,
+    model: String,
+}
+
+impl Lock {
+    fn is(&self, provider: &str, subject: &str, scope: LockScope) -> bool {
+        self.scope == scope && self.provider == provider && self.subject.eq_ignore_ascii_case(subject)
+    }
+
+    /// Whether this lock covers `model` (of `family`): its family key, its own not-found key
+    /// (a 404 locks the model itself at family scope), or its exact key.
+    fn covers(&self, provider: &str, model: &str, family: Option<&str>) -> bool {
+        self.provider == provider
+            && (self.subject.eq_ignore_ascii_case(model.trim())
+                || (self.scope == LockScope::QuotaFamily
+                    && family.is_some_and(|f| self.subject.eq_ignore_ascii_case(f.trim()))))
+    }
+}
+
+/// A failure to record.
+#[derive(Debug, Clone, Copy)]
+pub struct LockRequest<'a> {
+    /// Provider id.
+    pub provider: &'a str,
+    /// Connection id.
+    pub connection: &'a str,
+    /// The model requested.
+    pub model: &'a str,
+    /// The model's quota family, when the provider declares one (defaults to the model).
+    pub family: Option<&'a str>,
+    /// Why.
+    pub reason: Reason,
+    /// The (restated) upstream status.
+    pub status: u16,
+    /// An explicit scope.
+    pub scope: Option<LockScope>,
+    /// A fixed cooldown (a rule's, or the upstream's reset).
+    pub exact_cooldown: Option<Duration>,
+    /// Whether `exact_cooldown` is the upstream's own reset (not capped).
+    pub exact_is_upstream_reset: bool,
+}
+
+/// One active lockout, for listings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockoutEntry {
+    /// Provider id.
+    pub provider: String,
+    /// Connection id.
+    pub connection: String,
+    /// The model (bare name).
+    pub model: String,
+    /// Family or exact.
+    pub scope: LockScope,
+    /// Why.
+    pub reason: Reason,
+    /// When it ends.
+    pub until: Instant,
+    /// Escalation count.
+    pub failure_count: u32,
+}
+
+/// Cap on remembered lock entries; expired ones go first, active ones never.
+pub const EVICTION_CAP: usize = 1000;
+
+/// All model lockouts (in memory only), indexed by connection so that a lookup never
+/// allocates.
+#[derive(Debug, Clone, Default)]
+pub struct ModelLockouts {
+    locks: BTreeMap<String, Vec<Lock>>,
+}
+
+impl ModelLockouts {
+    /// No lockouts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a failure; returns the lock's cooldown. Keeps the longer lock when one exists.
+    pub fn record_failure(&mut self, now: Instant, cfg: &LockoutConfig, req: &LockRequest<'_>) -> Duration {
+        let scope = resolve_scope(req.status, req.scope);
+        let subject = match (scope, req.family) {
+            (LockScope::QuotaFamily, Some(f)) if req.status != 404 => f.trim(),
+            _ => req.model.trim(),
+        };
+        if !self.locks.contains_key(req.connection) {
+            self.locks.insert(req.connection.to_owned(), Vec::new());
+        }
+        let Some(bucket) = self.locks.get_mut(req.connection) else { return Duration::ZERO };
+        let pos = bucket.iter().position(|l| l.is(req.provider, subject, scope));
+        let prev = pos.map(|i| &bucket[i]);
+        let within = prev.is_some_and(|p| {
+            now.saturating_duration_since(p.last_failure_at) <= cfg.escalation_window + p.last_cooldown
+        });
+        let failure_count = if within { prev.map_or(1, |p| p.failure_count + 1) } else { 1 };
+        let cooldown = match req.exact_cooldown.filter(|d| !d.is_zero()) {
+            Some(exact) if req.exact_is_upstream_reset => exact,
+            Some(exact) => exact.min(cfg.max_cooldown),
+            None if cfg.use_exponential_backoff => {
+                scaled(cfg.base_cooldown, (failure_count - 1).min(cfg.max_backoff_steps)).min(cfg.max_cooldown)
+            }
+            None => cfg.base_cooldown.min(cfg.max_cooldown),
+        };
+        let until = now + cooldown;
+        match pos.map(|i| &mut bucket[i]) {
+            Some(existing) if existing.until > until => {
+                existing.failure_count = existing.failure_count.max(failure_count);
+                existing.last_failure_at = now;
+            }
+            slot => {
+                let lock = Lock {
+                    provider: req.provider.to_owned(),
+                    subject: subject.to_lowercase(),
+                    scope,
+                    reason: req.reason,
+                    until,
+                    failure_count,
+                    last_failure_at: now,
+                    last_cooldown: cooldown,
+                    model: req.model.to_owned(),
+                };
+                match slot {
+                    Some(existing) => *existing = lock,
+                    None => bucket.push(lock),
+                }
+            }
+        }
+        self.evict(now);
+        cooldown
+    }
+
+    /// Time left on any lock covering this model on this connection.
+    pub fn remaining(
+        &self,
+        now: Instant,
+        provider: &str,
+        connection: &str,
+        model: &str,
+        family: Option<&str>,
+    ) -> Option<(Duration, Reason)> {
+        self.locks
+            .get(connection)?
+            .iter()
+            .filter(|l| now < l.until && l.covers(provider, model, family))
+            .map(|l| (l.until - now, l.reason))
+            .max_by_key(|(d, _)| *d)
+    }
+
+    /// A healthy response: halve every failure count for this model; a count reaching 0
+    /// removes its lockout. Returns whether everything for it is now cleared.
+    pub fn decay(&mut self, provider: &str, connection: &str, model: &str, family: Option<&str>) -> bool {
+        let Some(bucket) = self.locks.get_mut(connection) else { return false };
+        let mut seen = 0;
+        let mut dropped = 0;
+        bucket.retain_mut(|l| {
+            if !l.covers(provider, model, family) {
+                return true;
+            }
+            seen += 1;
+            l.failure_count /= 2;
+            let keep = l.failure_count > 0;
+            dropped += usize::from(!keep);
+            keep
+        });
+        if bucket.is_empty() {
+            self.locks.remove(connection);
+        }
+        seen > 0 && seen == dropped
+    }
+
+    /// Removes the locks of one model on one connection; returns whether any existed.
+    pub fn clear(&mut self, provider: &str, connection: &str, model: &str) -> bool {
+        let Some(bucket) = self.locks.get_mut(connection) else { return false };
+        let before = bucket.len();
+        bucket.retain(|l| {
+            !(l.provider == provider
+                && (l.subject.eq_ignore_ascii_case(model.trim()) || l.model.eq_ignore_ascii_case(model)))
+        });
+        let removed = before != bucket.len();
+        if bucket.is_empty() {
+            self.locks.remove(connection);
+        }
+        removed
+    }
+
+    /// Removes one model's locks on every connection of a provider.
+    pub fn clear_model(&mut self, provider: &str, model: &str) -> bool {
+        let connections: Vec<String> = self.locks.keys().cloned().collect();
+        let mut removed = false;
+        for c in connections {
+            removed |= self.clear(provider, &c, model);
+        }
+        removed
+    }
+
+    /// Removes everything; returns how many locks there were.
+    pub fn clear_all(&mut self) -> usize {
+        let n = self.len();
+        self.locks.clear();
+        n
+    }
+
+    /// Active lockouts at `now`, longest remaining first.
+    pub fn list(&self, now: Instant) -> Vec<LockoutEntry> {
+        let mut out: Vec<LockoutEntry> = self
+            .locks
+            .iter()
+            .flat_map(|(conn, bucket)| bucket.iter().map(move |l| (conn, l)))
+            .filter(|(_, l)| now < l.until)
+            .map(|(conn, l)| LockoutEntry {
+                provider: l.provider.clone(),
+                connection: conn.clone(),
+                model: l.model.clone(),
+                scope: l.scope,
+                reason: l.reason,
+                until: l.until,
+                failure_count: l.failure_count,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.until
+                .cmp(&a.until)
+                .then_with(|| a.provider.cmp(&b.provider))
+                .then_with(|| a.connection.cmp(&b.connection))
+        });
+        out
+    }
+
+    /// Number of remembered locks (active or expired but not yet swept).
+    pub fn len(&self) -> usize {
+        self.locks.values().map(Vec::len).sum()
+    }
+
+    /// Whether none are remembered.
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty()
+    }
+
+    /// Drops expired locks whose escalation window has also passed.
+    pub fn sweep(&mut self, now: Instant, cfg: &LockoutConfig) {
+        for bucket in self.locks.values_mut() {
+            bucket.retain(|l| {
+                now < l.until
+                    || now.saturating_duration_since(l.last_failure_at) <= cfg.escalation_window + l.last_cooldown
+            });
+        }
+        self.locks.retain(|_, b| !b.is_empty());
+    }
+
+    /// The earliest lock expiry.
+    pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        self.locks.values().flatten().map(|l| l.until).filter(|u| *u > now).min()
+    }
+
+    /// Expired locks go first (oldest first) once more than [`EVICTION_CAP`] are remembered;
+    /// active ones are never evicted.
+    fn evict(&mut self, now: Instant) {
+        let total = self.len();
+        if total <= EVICTION_CAP {
+            return;
+        }
+        let mut expired: Vec<Instant> =
+            self.locks.values().flatten().filter(|l| l.until <= now).map(|l| l.until).collect();
+        expired.sort();
+        let Some(&cutoff) = expired.get((total - EVICTION_CAP).min(expired.len()).saturating_sub(1)) else { return };
+        for bucket in self.locks.values_mut() {
+            bucket.retain(|l| l.until > now || l.until > cutoff);
+        }
+        self.locks.retain(|_, b| !b.is_empty());
+    }
+
+    /// The failure count of one lock, for tests.
+    #[cfg(test)]
+    fn count_of(&self, provider: &str, connection: &str, subject: &str, scope: LockScope) -> Option<u32> {
+        self.locks.get(connection)?.iter().find(|l| l.is(provider, subject, scope)).map(|l| l.failure_count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! BEHAVIOUR.md §4 and §12.15 (lockout scope cases).
+    use super::*;
+    use crate::testutil::t0;
+
+    fn cfg(base_ms: u64, max_ms: u64) -> LockoutConfig {
+        LockoutConfig {
+            enabled: true,
+            error_codes: vec![403, 404, 429, 502, 503, 504],
+            base_cooldown: Duration::from_millis(base_ms),
+            max_cooldown: Duration::from_millis(max_ms),
+            max_backoff_steps: 10,
+            use_exponential_backoff: true,
+            escalation_window: Duration::from_millis(1_800_000),
+        }
+    }
+
+    fn req<'a>(model: &'a str, status: u16, family: Option<&'a str>) -> LockRequest<'a> {
+        LockRequest {
+            provider: "codex",
+            connection: "c1",
+            model,
+            family,
+            reason: Reason::ServerError,
+            status,
+            scope: None,
+            exact_cooldown: None,
+            exact_is_upstream_reset: false,
+        }
+    }
+
+    #[test]
+    fn scope_table() {
+        for s in [429, 403, 402, 404] {
+            assert_eq!(resolve_scope(s, None), LockScope::QuotaFamily, "{s}");
+        }
+        for s in [500, 502, 503, 504, 520, 400] {
+            assert_eq!(resolve_scope(s, None), LockScope::Exact, "{s}");
+        }
+        assert_eq!(resolve_scope(502, Some(LockScope::QuotaFamily)), LockScope::QuotaFamily);
+        assert_eq!(resolve_scope(429, Some(LockScope::Exact)), LockScope::Exact);
+    }
+
+    #[test]
+    fn a_5xx_locks_only_the_exact_model_and_a_429_the_family() {
+        let now = t0();
+        let c = cfg(120_000, 1_800_000);
+        let mut l = ModelLockouts::new();
+        l.record_failure(now, &c, &req("gpt-5.6-luna", 502, Some("codex")));
+        assert!(l.remaining(now, "codex", "c1", "gpt-5.6-luna", Some("codex")).is_some());
+        assert!(l.remaining(now, "codex", "c1", "gpt-5.6-sol", Some("codex")).is_none());
+        l.record_failure(now, &c, &req("gpt-5.6-luna", 429, Some("codex")));
+        for m in ["gpt-5.6-sol", "gpt-5.6-terra"] {
+            assert!(l.remaining(now, "codex", "c1", m, Some("codex")).is_some(), "{m}");
+        }
+        // An explicit family scope on a 502 locks siblings too.
+        let mut l = ModelLockouts::new();
+        let mut r = req("gpt-5.6-luna", 502, Some("codex"));
+        r.scope = Some(LockScope::QuotaFamily);
+        l.record_failure(now, &c, &r);
+        assert!(l.remaining(now, "codex", "c1", "gpt-5.6-sol", Some("codex")).is_some());
+    }
+
+    #[test]
+    fn escalation_and_decay() {
+        // Base 1 s, max 60 s: two 502s 1.1 s apart give counts 1 and 2, the second lock 2 s.
+        let now = t0();
+        let c = cfg(1_000, 60_000);
+        let mut l = ModelLockouts::new();
+        assert_eq!(l.record_failure(now, &c, &req("m", 502, None)), Duration::from_secs(1));
+        let t = now + Duration::from_millis(1_100);
+        assert_eq!(l.record_failure(t, &c, &req("m", 502, None)), Duration::from_secs(2));
+        assert_eq!(l.list(t)[0].failure_count, 2);
+        assert!(!l.decay("codex", "c1", "m", None));
+        assert_eq!(l.list(t)[0].failure_count, 1);
+        assert!(l.decay("codex", "c1", "m", None));
+        assert!(l.remaining(t, "codex", "c1", "m", None).is_none(), "the lockout disappears when decay reaches 0");
+        assert!(!l.decay("codex", "c1", "m", None));
+    }
+
+    #[test]
+    fn declared_cooldown_is_capped_unless_upstream_reset() {
+        let now = t0();
+        let c = cfg(120_000, 1_800_000);
+        let mut l = ModelLockouts::new();
+        let mut r = req("claude-opus", 403, None);
+        r.exact_cooldown = Some(Duration::from_secs(6 * 3600));
+        r.scope = Some(LockScope::Exact);
+        assert_eq!(l.record_failure(now, &c, &r), Duration::from_millis(1_800_000));
+        r.exact_is_upstream_reset = true;
+        assert_eq!(l.record_failure(now, &c, &r), Duration::from_secs(6 * 3600));
+    }
+
+    #[test]
+    fn longer_lock_is_kept() {
+        let now = t0();
+        let c = cfg(120_000, 1_800_000);
+        let mut l = ModelLockouts::new();
+        let mut r = req("m", 503, None);
+        r.exact_cooldown = Some(Duration::from_secs(600));
+        l.record_failure(now, &c, &r);
+        r.exact_cooldown = Some(Duration::from_secs(10));
+        l.record_failure(now, &c, &r);
+        assert_eq!(l.remaining(now, "codex", "c1", "m", None).map(|x| x.0), Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn list_and_clear() {
+        let now = t0();
+        let c = cfg(120_000, 1_800_000);
+        let mut l = ModelLockouts::new();
+        l.record_failure(now, &c, &req("m1", 503, None));
+        let mut r = req("m1", 503, None);
+        r.connection = "c2";
+        l.record_failure(now, &c, &r);
+        l.record_failure(now, &c, &req("m2", 503, None));
+        assert_eq!(l.list(now).len(), 3);
+        assert!(l.clear("codex", "c1", "m2"));
+        assert!(l.clear_model("codex", "m1"));
+        assert!(l.list(now).is_empty());
+        assert!(!l.clear("codex", "c1", "m2"));
+        l.record_failure(now, &c, &req("m2", 503, None));
+        assert_eq!(l.clear_all(), 1);
+        assert!(l.list(now + Duration::from_secs(121)).is_empty());
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Advance(u64),
+            Fail(u16, u8),
+            Success(u8),
+        }
+
+        proptest! {
+            #[test]
+            fn lockout_invariants(ops in proptest::collection::vec(prop_oneof![
+                (1u64..200_000).prop_map(Op::Advance),
+                (prop_oneof![Just(429u16), Just(503), Just(404), Just(502)], 0u8..3).prop_map(|(s, m)| Op::Fail(s, m)),
+                (0u8..3).prop_map(Op::Success),
+            ], 1..120)) {
+                let start = t0();
+                let c = cfg(1_000, 60_000);
+                let mut l = ModelLockouts::new();
+                let mut now = start;
+                let models = ["a", "b", "c"];
+                for op in ops {
+                    match op {
+                        Op::Advance(ms) => now += Duration::from_millis(ms),
+                        Op::Fail(status, m) => {
+                            let cd = l.record_failure(now, &c, &req(models[m as usize], status, Some("fam")));
+                            prop_assert!(cd <= c.max_cooldown && cd >= c.base_cooldown);
+                            prop_assert!(l.remaining(now, "codex", "c1", models[m as usize], Some("fam")).is_some());
+                        }
+                        Op::Success(m) => {
+                            let model = models[m as usize];
+                            let keys = [("fam", LockScope::QuotaFamily), (model, LockScope::QuotaFamily), (model, LockScope::Exact)];
+                            let before: Vec<Option<u32>> = keys.iter().map(|(s, sc)| l.count_of("codex", "c1", s, *sc)).collect();
+                            l.decay("codex", "c1", model, Some("fam"));
+                            // Each lock stays exactly while its halved count is above 0.
+                            for ((s, sc), b) in keys.iter().zip(before) {
+                                prop_assert_eq!(l.count_of("codex", "c1", s, *sc), b.map(|c| c / 2).filter(|c| *c > 0));
+                            }
+                        }
+                    }
+                    for e in l.list(now) {
+                        prop_assert!(e.failure_count > 0, "a listed lockout always has a count");
+                        prop_assert!(e.until > now);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Small shared vocabulary: provider classes, failure reasons, lock scopes, connection statuses.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Which family of defaults a provider uses (M1 thresholds, M3 base cooldown, M2 windows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderClass {
+    /// A plain API key: honours upstream retry hints.
+    ApiKey,
+    /// An OAuth account: uses its own cooldown ladder, ignores retry hints.
+    #[serde(rename = "oauth")]
+    OAuth,
+    /// A local or self-hosted server: trips fast, recovers fast.
+    Local,
+}
+
+impl ProviderClass {
+    /// Every class, in a stable order.
+    pub const ALL: [ProviderClass; 3] = [ProviderClass::ApiKey, ProviderClass::OAuth, ProviderClass::Local];
+
+    /// The name used in config tables and environment variables (`api_key`, `oauth`, `local`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderClass::ApiKey => "api_key",
+            ProviderClass::OAuth => "oauth",
+            ProviderClass::Local => "local",
+        }
+    }
+}
+
+impl fmt::Display for ProviderClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an attempt failed, as decided by classification (M12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// The account's quota or credits are used up for now.
+    QuotaExhausted,
+    /// The account is being throttled.
+    RateLimitExceeded,
+    /// The credentials are rejected, revoked, or lack permission.
+    AuthError,
+    /// The model or endpoint does not exist here.
+    NotFound,
+    /// The provider itself failed (408, 5xx).
+    ServerError,
+    /// The model is overloaded or the request does not fit it.
+    ModelCapacity,
+    /// The provider refused this request for this account ("Request not allowed").
+    RequestRejected,
+    /// A supervisor said the service behind the provider is not running.
+    ServiceNotRunning,
+    /// The connection to the provider failed (reset, refused, timed out).
+    Transport,
+    /// Nothing more specific is known.
+    Unknown,
+}
+
+impl Reason {
+    /// The snake_case name shown to users and stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::QuotaExhausted => "quota_exhausted",
+            Reason::RateLimitExceeded => "rate_limit_exceeded",
+            Reason::AuthError => "auth_error",
+            Reason::NotFound => "not_found",
+            Reason::ServerError => "server_error",
+            Reason::ModelCapacity => "model_capacity",
+            Reason::RequestRejected => "request_rejected",
+            Reason::ServiceNotRunning => "service_not_running",
+            Reason::Transport => "transport",
+            Reason::Unknown => "unknown",
+        }
+    }
+
+    /// Parses the stored name back; unknown names map to [`Reason::Unknown`].
+    pub fn parse(s: &str) -> Reason {
+        match s {
+            "quota_exhausted" => Reason::QuotaExhausted,
+            "rate_limit_exceeded" => Reason::RateLimitExceeded,
+            "auth_error" => Reason::AuthError,
+            "not_found" => Reason::NotFound,
+            "server_error" => Reason::ServerError,
+            "model_capacity" => Reason::ModelCapacity,
+            "request_rejected" => Reason::RequestRejected,
+            "service_not_running" => Reason::ServiceNotRunning,
+            "transport" => Reason::Transport,
+            _ => Reason::Unknown,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a rule's lock applies to (M12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// One model (or its quota family) on one connection.
+    Model,
+    /// The whole provider.
+    Provider,
+    /// One connection, all models.
+    Connection,
+}
+
+/// States a connection never leaves on its own: only a success of an allowed retry, new
+/// credentials, or an operator reset clears them (M3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminalState {
+    /// The upstream banned or deactivated the account.
+    Banned,
+    /// The credentials expired; a few spaced retries are allowed before giving up.
+    Expired,
+    /// The account has no credits left.
+    CreditsExhausted,
+}
+
+impl TerminalState {
+    /// The name used in the health JSON and the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminalState::Banned => "banned",
+            TerminalState::Expired => "expired",
+            TerminalState::CreditsExhausted => "credits_exhausted",
+        }
+    }
+}
+
+/// A connection's status as the health JSON shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionStatus {
+    /// Usable.
+    Active,
+    /// Cooling down until `rate_limited_until`.
+    Unavailable,
+    /// Terminal: banned.
+    Banned,
+    /// Terminal: credentials expired.
+    Expired,
+    /// Terminal: out of credits.
+    CreditsExhausted,
+}
+
+impl ConnectionStatus {
+    /// The name used in the health JSON and the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionStatus::Active => "active",
+            ConnectionStatus::Unavailable => "unavailable",
+            ConnectionStatus::Banned => "banned",
+            ConnectionStatus::Expired => "expired",
+            ConnectionStatus::CreditsExhausted => "credits_exhausted",
+        }
+    }
+
+    /// Parses the stored name; unknown names are treated as active.
+    pub fn parse(s: &str) -> ConnectionStatus {
+        match s {
+            "unavailable" => ConnectionStatus::Unavailable,
+            "banned" => ConnectionStatus::Banned,
+            "expired" => ConnectionStatus::Expired,
+            "credits_exhausted" => ConnectionStatus::CreditsExhausted,
+            _ => ConnectionStatus::Active,
+        }
+    }
+}
+
+impl From<TerminalState> for ConnectionStatus {
+    fn from(t: TerminalState) -> Self {
+        match t {
+            TerminalState::Banned => ConnectionStatus::Banned,
+            TerminalState::Expired => ConnectionStatus::Expired,
+            TerminalState::CreditsExhausted => ConnectionStatus::CreditsExhausted,
+        }
+    }
+}
+
+/// Saturating `base * 2^exp`, for backoff ladders that must never overflow.
+pub fn scaled(base: std::time::Duration, exp: u32) -> std::time::Duration {
+    let factor = 1u32.checked_shl(exp.min(31)).unwrap_or(u32::MAX);
+    base.saturating_mul(factor)
+}
