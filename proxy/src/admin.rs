@@ -1,0 +1,210 @@
+//! Health, admin and model-listing endpoints (M17).
+
+use crate::clock::{ms, rfc3339};
+use crate::errors::{Body, ProxyError, Source, json_response};
+use crate::forward::read_json;
+use crate::gateway::Gateway;
+use ferroute_core::breaker::BreakerState;
+use ferroute_core::types::ConnectionStatus;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::Connect;
+use std::sync::Arc;
+
+/// `GET /api/monitoring/health`.
+pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+    let now = gw.clock.now();
+    let (providers, connections, lockouts) = gw.with_engine(|e| {
+        let providers: Vec<serde_json::Value> = gw
+            .config
+            .providers
+            .iter()
+            .map(|p| {
+                let b = e.breakers().get(&p.id);
+                serde_json::json!({
+                    "id": p.id,
+                    "class": p.class,
+                    "state": b.map_or(BreakerState::Closed, |b| b.state(now)).as_str(),
+                    "failures": b.map_or(0, |b| b.failure_count()),
+                    "retry_after_ms": b.map_or(0, |b| ms(b.retry_after(now))),
+                })
+            })
+            .collect();
+        let connections: Vec<serde_json::Value> = gw
+            .config
+            .connections
+            .iter()
+            .map(|c| {
+                let s = e.connection(&c.id);
+                serde_json::json!({
+                    "id": c.id,
+                    "provider": c.provider,
+                    "status": s.status(now).as_str(),
+                    "rate_limited_until": s.rate_limited_until(now).map(|u| rfc3339(gw.clock.wall_ms(u))),
+                    "backoff_level": s.backoff_level(),
+                    "last_error_type": s.last_error_type().map(|r| r.as_str()),
+                    "last_error_code": s.error_code(),
+                })
+            })
+            .collect();
+        let lockouts: Vec<serde_json::Value> = e
+            .lockouts()
+            .list(now)
+            .into_iter()
+            .map(|l| {
+                serde_json::json!({
+                    "provider": l.provider,
+                    "connection": l.connection,
+                    "model": l.model,
+                    "reason": l.reason.as_str(),
+                    "expires_at": rfc3339(gw.clock.wall_ms(l.until)),
+                    "remaining_ms": ms(l.until.saturating_duration_since(now)),
+                    "failure_count": l.failure_count,
+                })
+            })
+            .collect();
+        (providers, connections, lockouts)
+    });
+    let queues: Vec<serde_json::Value> = gw
+        .queue_depths()
+        .into_iter()
+        .map(|(k, q, r)| serde_json::json!({"queue": k, "queued": q, "running": r}))
+        .collect();
+    let any_open = providers.iter().any(|p| p["state"] != "CLOSED");
+    let body = serde_json::json!({
+        "status": if any_open { "degraded" } else { "healthy" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_s": gw.clock.uptime().as_secs(),
+        "timestamp": rfc3339(gw.clock.wall_now_ms()),
+        "providers": providers,
+        "connections": connections,
+        "model_lockouts": lockouts,
+        "queues": queues,
+    });
+    json_response(200, body.to_string())
+}
+
+/// `POST /api/resilience/reset`: every breaker closed, every lockout cleared.
+pub fn reset<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+    let now = gw.clock.now();
+    let n = gw.with_engine(|e| e.reset_all(now));
+    gw.settle();
+    gw.flush();
+    tracing::warn!(breakers = n, "operator reset of breakers and model lockouts");
+    json_response(200, serde_json::json!({"ok": true, "resetCount": n, "message": format!("Reset {n} circuit breaker(s) and model lockouts")}).to_string())
+}
+
+/// `GET /api/resilience/model-cooldowns`.
+pub fn list_lockouts<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+    let now = gw.clock.now();
+    let items: Vec<serde_json::Value> = gw.with_engine(|e| {
+        e.lockouts()
+            .list(now)
+            .into_iter()
+            .map(|l| {
+                serde_json::json!({
+                    "provider": l.provider,
+                    "connection": l.connection,
+                    "model": l.model,
+                    "reason": l.reason.as_str(),
+                    "expires_at": rfc3339(gw.clock.wall_ms(l.until)),
+                    "remaining_ms": ms(l.until.saturating_duration_since(now)),
+                    "failure_count": l.failure_count,
+                })
+            })
+            .collect()
+    });
+    json_response(200, serde_json::json!({ "items": items }).to_string())
+}
+
+/// `DELETE /api/resilience/model-cooldowns` with `{provider, connection, model}`,
+/// `{provider, model}` or `{all: true}`.
+pub async fn clear_lockouts<C: Connect + Clone + Send + Sync + 'static>(
+    gw: Arc<Gateway<C>>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let body = match read_json(req, 64 * 1024).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let field =
+        |k: &str| body.get(k).and_then(|v| v.as_str()).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
+    if body.get("all").and_then(|v| v.as_bool()) == Some(true) {
+        let n = gw.with_engine(|e| e.lockouts_mut().clear_all());
+        return json_response(200, serde_json::json!({"ok": true, "clearedAll": true, "removed": n}).to_string());
+    }
+    let (Some(provider), Some(model)) = (field("provider"), field("model")) else {
+        return ProxyError::bad_request(
+            "missing_fields",
+            "send {\"provider\",\"model\"}, {\"provider\",\"connection\",\"model\"} or {\"all\":true}",
+        )
+        .into_response();
+    };
+    let removed = match field("connection") {
+        Some(c) => gw.with_engine(|e| e.lockouts_mut().clear(&provider, &c, &model)),
+        None => gw.with_engine(|e| e.lockouts_mut().clear_model(&provider, &model)),
+    };
+    json_response(200, serde_json::json!({"ok": true, "removed": removed}).to_string())
+}
+
+/// `GET /v1/models`.
+pub fn models<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+    let mut data: Vec<serde_json::Value> = Vec::new();
+    for p in &gw.config.providers {
+        for m in &p.models {
+            data.push(
+                serde_json::json!({"id": format!("{}/{m}", p.id), "object": "model", "created": 0, "owned_by": p.id}),
+            );
+        }
+    }
+    for c in &gw.config.combos {
+        data.push(serde_json::json!({"id": c.name, "object": "model", "created": 0, "owned_by": "ferroute-combo"}));
+    }
+    json_response(200, serde_json::json!({"object": "list", "data": data}).to_string())
+}
+
+/// `GET /metrics`.
+pub fn metrics<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+    let now = gw.clock.now();
+    gw.with_engine(|e| {
+        for p in &gw.config.providers {
+            let state = e.breaker_state(now, &p.id);
+            gw.metrics.breaker(
+                &p.id,
+                match state {
+                    BreakerState::Closed => 0,
+                    BreakerState::Degraded => 1,
+                    BreakerState::HalfOpen => 2,
+                    BreakerState::Open => 3,
+                },
+            );
+        }
+        for c in &gw.config.connections {
+            gw.metrics.cooling(&c.id, e.connection(&c.id).status(now) != ConnectionStatus::Active);
+        }
+    });
+    for (k, q, _) in gw.queue_depths() {
+        gw.metrics.queue(&k, q);
+    }
+    let mut resp = Response::new(crate::errors::full(gw.metrics.encode()));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    resp
+}
+
+/// 404 for unknown paths.
+pub fn not_found(path: &str) -> Response<Body> {
+    ProxyError::new(Source::Downstream, 404, "not_found", format!("no route for {path}")).into_response()
+}
+
+/// 405 for a known path with the wrong method.
+pub fn method_not_allowed(path: &str, allowed: &str) -> Response<Body> {
+    let mut r = ProxyError::new(Source::Downstream, 405, "method_not_allowed", format!("{path} accepts {allowed}"))
+        .into_response();
+    if let Ok(v) = http::HeaderValue::from_str(allowed) {
+        r.headers_mut().insert(http::header::ALLOW, v);
+    }
+    r
+}

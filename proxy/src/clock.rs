@@ -1,0 +1,88 @@
+//! The shell's one clock.
+//!
+//! `now()` is tokio's clock: real time in production, simulated time under turmoil. Wall-clock
+//! values users see are derived from an anchor taken once at start-up.
+
+use std::time::{Duration, Instant};
+
+/// The current instant, from tokio's clock.
+pub fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Converts instants to wall-clock milliseconds through a start-up anchor.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    start: Instant,
+    wall_start_ms: u64,
+}
+
+impl Clock {
+    /// Anchors `now()` to `wall_start_ms` (Unix milliseconds).
+    pub fn anchored(wall_start_ms: u64) -> Self {
+        Clock { start: now(), wall_start_ms }
+    }
+
+    /// The current instant.
+    pub fn now(&self) -> Instant {
+        now()
+    }
+
+    /// Unix milliseconds of `at`.
+    pub fn wall_ms(&self, at: Instant) -> u64 {
+        match at.checked_duration_since(self.start) {
+            Some(d) => self.wall_start_ms.saturating_add(ms(d)),
+            None => self.wall_start_ms.saturating_sub(ms(self.start.duration_since(at))),
+        }
+    }
+
+    /// Unix milliseconds now.
+    pub fn wall_now_ms(&self) -> u64 {
+        self.wall_ms(now())
+    }
+
+    /// Time since start-up.
+    pub fn uptime(&self) -> Duration {
+        now().saturating_duration_since(self.start)
+    }
+}
+
+/// Whole milliseconds, saturating.
+pub fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The real wall clock, for the binary's start-up anchor only.
+#[allow(clippy::disallowed_methods)] // the one wall-clock read; everything else derives from it
+pub fn system_wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(ms).unwrap_or(0)
+}
+
+/// RFC 3339 UTC (`2026-11-30T16:00:00.000Z`) of Unix milliseconds.
+pub fn rfc3339(unix_ms: u64) -> String {
+    let secs = (unix_ms / 1000) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, rem % 3600 / 60, rem % 60, unix_ms % 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_of_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(784_111_777_000), "1994-11-06T08:49:37.000Z");
+        assert_eq!(rfc3339(1_780_000_000_123), "2026-05-28T20:26:40.123Z");
+    }
+}

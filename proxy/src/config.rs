@@ -1,0 +1,460 @@
+//! The one typed TOML config, its `env:NAME` secrets, and validation that reports every
+//! problem at once.
+
+use ferroute_core::admission::QueueOverride;
+use ferroute_core::settings::{ConfigError as CoreConfigError, FieldError, ResilienceSettings};
+use ferroute_core::types::ProviderClass;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+
+/// Default listen address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+/// Default data directory (SQLite state lives in `state.db` inside it).
+pub const DEFAULT_DATA_DIR: &str = "./ferroute-data";
+/// Default request body limit: 10 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
+
+/// A config that failed to load: every problem, each naming its field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError(pub Vec<FieldError>);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "invalid config ({} problem{}):", self.0.len(), if self.0.len() == 1 { "" } else { "s" })?;
+        for e in &self.0 {
+            writeln!(f, "  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError { field: field.into(), message: message.into() }
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Listen address.
+    pub listen: String,
+    /// Where state is kept.
+    pub data_dir: String,
+    /// Admin key (`env:NAME` reads a variable); without one the admin API answers 401.
+    pub admin_key: Option<String>,
+    /// Request body limit; larger bodies get 413.
+    pub max_body_bytes: u64,
+    /// How long in-flight requests may finish after SIGTERM.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: DEFAULT_LISTEN.into(),
+            data_dir: DEFAULT_DATA_DIR.into(),
+            admin_key: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            // Long enough for a typical completion to finish; short enough for a deploy.
+            shutdown_grace_ms: 30_000,
+        }
+    }
+}
+
+/// `[[keys]]`: a client key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// Name (logged instead of the key).
+    pub id: String,
+    /// The key (`env:NAME` reads a variable).
+    pub key: String,
+    /// Permissions such as `lease:exclusive`.
+    #[serde(default)]
+    pub permissions: Vec<String>,
+    /// Connections this key may use (empty: all).
+    #[serde(default)]
+    pub allowed_connections: Vec<String>,
+}
+
+/// The wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// OpenAI Chat Completions.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+/// `[[providers]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Id, the prefix of `provider/model`.
+    pub id: String,
+    /// Wire format.
+    #[serde(default = "default_format")]
+    pub format: Format,
+    /// Base URL (`…/v1`).
+    pub base_url: String,
+    /// Class: selects breaker and cooldown defaults.
+    #[serde(default = "default_class")]
+    pub class: ProviderClass,
+    /// Models it serves.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// The error-rule profile (defaults to the id), e.g. `agentrouter` for a gateway that
+    /// misreports quota errors as 403.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Time allowed until response headers; none by default (the execution budget applies).
+    #[serde(default)]
+    pub start_timeout_ms: Option<u64>,
+}
+
+fn default_format() -> Format {
+    Format::Openai
+}
+
+fn default_class() -> ProviderClass {
+    ProviderClass::ApiKey
+}
+
+impl ProviderConfig {
+    /// The rule profile.
+    pub fn profile(&self) -> &str {
+        self.profile.as_deref().unwrap_or(&self.id)
+    }
+}
+
+/// `[[connections]]`: one key or account of a provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionConfig {
+    /// Id.
+    pub id: String,
+    /// The provider id.
+    pub provider: String,
+    /// Credential (`env:NAME` reads a variable); local providers may have none.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// Concurrent requests allowed (empty = unlimited).
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+    /// Never cool this connection down (terminal states still apply).
+    #[serde(default)]
+    pub disable_cooling: bool,
+    /// Per-connection queue overrides.
+    #[serde(default)]
+    pub request_queue: Option<QueueOverride>,
+}
+
+/// `[[combos]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComboConfig {
+    /// Name clients ask for as `model`.
+    pub name: String,
+    /// `priority`, `round-robin` or `random`.
+    #[serde(default = "default_strategy")]
+    pub strategy: String,
+    /// `provider/model` targets in order.
+    pub targets: Vec<String>,
+}
+
+fn default_strategy() -> String {
+    "priority".into()
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RawConfig {
+    server: ServerConfig,
+    keys: Vec<KeyConfig>,
+    providers: Vec<ProviderConfig>,
+    connections: Vec<ConnectionConfig>,
+    combos: Vec<ComboConfig>,
+    resilience: Option<toml::Value>,
+}
+
+/// The loaded, validated config with secrets resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `[server]`, with `admin_key` resolved.
+    pub server: ServerConfig,
+    /// Client keys, resolved.
+    pub keys: Vec<KeyConfig>,
+    /// Providers.
+    pub providers: Vec<ProviderConfig>,
+    /// Connections, with `api_key` resolved.
+    pub connections: Vec<ConnectionConfig>,
+    /// Combos.
+    pub combos: Vec<ComboConfig>,
+    /// `[resilience]` over the environment's defaults.
+    pub resilience: ResilienceSettings,
+    /// Whether the built-in demo provider was added (no provider configured).
+    pub demo: bool,
+}
+
+/// Ids of the built-in demo.
+pub mod demo {
+    /// The echo provider.
+    pub const PROVIDER: &str = "demo";
+    /// The flaky provider.
+    pub const FLAKY_PROVIDER: &str = "demo-flaky";
+    /// The combo clients ask for as `demo/flaky`.
+    pub const FLAKY_COMBO: &str = "demo/flaky";
+    /// Placeholder base URL, replaced with the demo upstream's address at start.
+    pub const BASE_URL: &str = "http://demo.invalid/v1";
+}
+
+impl Config {
+    /// Parses and validates a config file's text. `env` looks up variables (for `env:NAME`
+    /// secrets and `FERROUTE_…` settings overrides).
+    pub fn from_toml_str(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        env_vars: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError(vec![err("config", e.to_string())]))?;
+        Self::from_raw(raw, env, env_vars)
+    }
+
+    /// The embedded default: loopback, `./ferroute-data`, the built-in demo provider.
+    pub fn embedded(
+        env: &dyn Fn(&str) -> Option<String>,
+        env_vars: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let raw = RawConfig {
+            server: ServerConfig {
+                admin_key: env("FERROUTE_ADMIN_KEY").map(|_| "env:FERROUTE_ADMIN_KEY".to_owned()),
+                ..ServerConfig::default()
+            },
+            ..RawConfig::default()
+        };
+        Self::from_raw(raw, env, env_vars)
+    }
+
+    fn from_raw(
+        mut raw: RawConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        env_vars: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let mut errors = Vec::new();
+        let base = ResilienceSettings::default().with_env(env_vars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let resilience = match base {
+            Ok(base) => match raw.resilience.take() {
+                Some(table) => base.overlay_toml(table).map_err(|e| core_errors(e, "resilience")),
+                None => Ok(base),
+            },
+            Err(e) => Err(core_errors(e, "environment")),
+        };
+        let resilience = resilience.unwrap_or_else(|e| {
+            errors.extend(e);
+            ResilienceSettings::default()
+        });
+        let demo = raw.providers.is_empty();
+        if demo {
+            add_demo(&mut raw);
+        }
+        let mut resolve = |field: String, value: &str| -> Option<String> {
+            match value.strip_prefix("env:") {
+                Some(name) => match env(name) {
+                    Some(v) if !v.is_empty() => Some(v),
+                    _ => {
+                        errors.push(err(field, format!("environment variable {name} is not set")));
+                        None
+                    }
+                },
+                None => Some(value.to_owned()),
+            }
+        };
+        let admin_key = raw.server.admin_key.clone().and_then(|k| resolve("server.admin_key".into(), &k));
+        let keys: Vec<KeyConfig> = raw
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| KeyConfig { key: resolve(format!("keys[{i}].key"), &k.key).unwrap_or_default(), ..k.clone() })
+            .collect();
+        let connections: Vec<ConnectionConfig> = raw
+            .connections
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ConnectionConfig {
+                api_key: c.api_key.as_deref().and_then(|k| resolve(format!("connections[{i}].api_key"), k)),
+                ..c.clone()
+            })
+            .collect();
+        let config = Config {
+            server: ServerConfig { admin_key, ..raw.server },
+            keys,
+            providers: raw.providers,
+            connections,
+            combos: raw.combos,
+            resilience,
+            demo,
+        };
+        config.validate_into(&mut errors);
+        if errors.is_empty() { Ok(config) } else { Err(ConfigError(errors)) }
+    }
+
+    fn validate_into(&self, errors: &mut Vec<FieldError>) {
+        if self.server.listen.parse::<SocketAddr>().is_err() {
+            errors.push(err(
+                "server.listen",
+                format!("{:?} is not an address such as 127.0.0.1:8787", self.server.listen),
+            ));
+        }
+        if self.server.data_dir.trim().is_empty() {
+            errors.push(err("server.data_dir", "must not be empty"));
+        }
+        if !(1024..=1 << 30).contains(&self.server.max_body_bytes) {
+            errors.push(err(
+                "server.max_body_bytes",
+                format!("{} is out of range (allowed 1024..=1073741824)", self.server.max_body_bytes),
+            ));
+        }
+        if self.server.shutdown_grace_ms > 3_600_000 {
+            errors.push(err("server.shutdown_grace_ms", "is out of range (at most 3600000)"));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, k) in self.keys.iter().enumerate() {
+            if k.id.trim().is_empty() {
+                errors.push(err(format!("keys[{i}].id"), "must not be empty"));
+            }
+            if !seen.insert(k.id.clone()) {
+                errors.push(err(format!("keys[{i}].id"), format!("duplicate key id {:?}", k.id)));
+            }
+            if k.key.len() < 8 && !k.key.is_empty() {
+                errors.push(err(format!("keys[{i}].key"), "must be at least 8 characters"));
+            }
+            for c in &k.allowed_connections {
+                if !self.connections.iter().any(|x| &x.id == c) {
+                    errors.push(err(format!("keys[{i}].allowed_connections"), format!("unknown connection {c:?}")));
+                }
+            }
+        }
+        let mut providers = BTreeSet::new();
+        for (i, p) in self.providers.iter().enumerate() {
+            let f = |x: &str| format!("providers[{i}].{x}");
+            if p.id.trim().is_empty() || p.id.contains('/') {
+                errors.push(err(f("id"), "must be non-empty and contain no '/'"));
+            }
+            if !providers.insert(p.id.clone()) {
+                errors.push(err(f("id"), format!("duplicate provider id {:?}", p.id)));
+            }
+            match p.base_url.parse::<http::Uri>() {
+                Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {}
+                _ => errors.push(err(f("base_url"), format!("{:?} is not an http(s) URL", p.base_url))),
+            }
+            if !self.connections.iter().any(|c| c.provider == p.id) {
+                errors.push(err(f("id"), format!("provider {:?} has no [[connections]]", p.id)));
+            }
+            if p.start_timeout_ms == Some(0) {
+                errors.push(err(f("start_timeout_ms"), "must be positive when set"));
+            }
+        }
+        let mut conns = BTreeSet::new();
+        for (i, c) in self.connections.iter().enumerate() {
+            let f = |x: &str| format!("connections[{i}].{x}");
+            if c.id.trim().is_empty() {
+                errors.push(err(f("id"), "must not be empty"));
+            }
+            if !conns.insert(c.id.clone()) {
+                errors.push(err(f("id"), format!("duplicate connection id {:?}", c.id)));
+            }
+            match self.providers.iter().find(|p| p.id == c.provider) {
+                None => errors.push(err(f("provider"), format!("unknown provider {:?}", c.provider))),
+                Some(p) if p.class != ProviderClass::Local && c.api_key.as_deref().unwrap_or("").is_empty() => {
+                    errors.push(err(f("api_key"), format!("provider {:?} is not local and needs a credential", p.id)));
+                }
+                Some(_) => {}
+            }
+            if c.max_concurrent == Some(0) {
+                errors.push(err(f("max_concurrent"), "must be at least 1 (leave it out for unlimited)"));
+            }
+            if let Some(q) = &c.request_queue {
+                for (name, v) in [
+                    ("max_wait_ms", q.max_wait_ms),
+                    ("execution_max_wait_ms", q.execution_max_wait_ms),
+                    ("max_queue_depth", q.max_queue_depth),
+                    ("concurrent_requests", q.concurrent_requests),
+                ] {
+                    if v.is_some_and(|v| v < 0) {
+                        errors.push(err(f(&format!("request_queue.{name}")), "must not be negative"));
+                    }
+                }
+            }
+        }
+        for (i, c) in self.combos.iter().enumerate() {
+            let f = |x: &str| format!("combos[{i}].{x}");
+            if c.name.trim().is_empty() {
+                errors.push(err(f("name"), "must not be empty"));
+            }
+            if !matches!(c.strategy.as_str(), "priority" | "round-robin" | "random") {
+                errors.push(err(
+                    f("strategy"),
+                    format!("{:?} is not supported (priority, round-robin, random)", c.strategy),
+                ));
+            }
+            if c.targets.is_empty() {
+                errors.push(err(f("targets"), "must list at least one provider/model"));
+            }
+            for t in &c.targets {
+                match t.split_once('/') {
+                    Some((p, m)) if !m.is_empty() && self.providers.iter().any(|x| x.id == p) => {}
+                    _ => errors
+                        .push(err(f("targets"), format!("{t:?} is not provider/model with a configured provider"))),
+                }
+            }
+        }
+    }
+
+    /// The provider of a connection.
+    pub fn provider(&self, id: &str) -> Option<&ProviderConfig> {
+        self.providers.iter().find(|p| p.id == id)
+    }
+}
+
+fn core_errors(e: CoreConfigError, prefix: &str) -> Vec<FieldError> {
+    match e {
+        CoreConfigError::Parse(m) => vec![err(prefix, m)],
+        CoreConfigError::Invalid(v) => v,
+    }
+}
+
+fn add_demo(raw: &mut RawConfig) {
+    let provider = |id: &str, models: &[&str]| ProviderConfig {
+        id: id.into(),
+        format: Format::Openai,
+        base_url: demo::BASE_URL.into(),
+        class: ProviderClass::Local,
+        models: models.iter().map(|m| (*m).to_owned()).collect(),
+        profile: None,
+        start_timeout_ms: None,
+    };
+    let connection = |id: &str, provider: &str| ConnectionConfig {
+        id: id.into(),
+        provider: provider.into(),
+        api_key: None,
+        max_concurrent: None,
+        disable_cooling: false,
+        request_queue: None,
+    };
+    raw.providers.push(provider(demo::PROVIDER, &["echo"]));
+    raw.providers.push(provider(demo::FLAKY_PROVIDER, &["flaky"]));
+    raw.connections.push(connection("demo-1", demo::PROVIDER));
+    raw.connections.push(connection("demo-flaky-1", demo::FLAKY_PROVIDER));
+    raw.combos.push(ComboConfig {
+        name: demo::FLAKY_COMBO.into(),
+        strategy: "priority".into(),
+        targets: vec![format!("{}/flaky", demo::FLAKY_PROVIDER)],
+    });
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

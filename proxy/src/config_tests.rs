@@ -1,0 +1,143 @@
+//! Config tests: the SPEC example, secrets, and validation that names every field.
+
+use super::*;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml_str(text, &no_env, &[])
+}
+
+fn fields(r: Result<Config, ConfigError>) -> Vec<String> {
+    match r {
+        Err(ConfigError(errs)) => errs.into_iter().map(|e| e.field).collect(),
+        Ok(_) => panic!("expected errors"),
+    }
+}
+
+#[test]
+fn example_file_is_valid() {
+    let text = include_str!("../../examples/ferroute.toml");
+    let env = |name: &str| Some(format!("value-of-{name}"));
+    let c = Config::from_toml_str(text, &env, &[]).expect("examples/ferroute.toml is valid");
+    assert!(!c.demo);
+    assert_eq!(c.server.admin_key.as_deref(), Some("value-of-FERROUTE_ADMIN_KEY"));
+    assert!(c.providers.len() >= 2);
+    assert!(c.resilience.model_lockout.enabled);
+}
+
+#[test]
+fn embedded_default_serves_the_demo() {
+    let c = Config::embedded(&no_env, &[]).expect("valid");
+    assert!(c.demo);
+    assert_eq!(c.server.listen, "127.0.0.1:8787");
+    assert_eq!(c.server.data_dir, "./ferroute-data");
+    assert_eq!(c.server.admin_key, None);
+    assert!(c.combos.iter().any(|x| x.name == demo::FLAKY_COMBO));
+}
+
+#[test]
+fn env_secrets_resolve_and_missing_ones_are_named() {
+    let env = |name: &str| (name == "OPENAI_API_KEY").then(|| "sk-test".to_owned());
+    let text = r#"
+[server]
+admin_key = "env:FERROUTE_ADMIN_KEY"
+[[providers]]
+id = "openai"
+base_url = "https://api.openai.com/v1"
+[[connections]]
+id = "openai-1"
+provider = "openai"
+api_key = "env:OPENAI_API_KEY"
+"#;
+    let err = Config::from_toml_str(text, &env, &[]).expect_err("admin key variable missing");
+    assert_eq!(err.0.len(), 1);
+    assert_eq!(err.0[0].field, "server.admin_key");
+    assert!(err.0[0].message.contains("FERROUTE_ADMIN_KEY"));
+    let c = Config::from_toml_str(
+        &text.replace("admin_key = \"env:FERROUTE_ADMIN_KEY\"", "admin_key = \"literal-admin\""),
+        &env,
+        &[],
+    )
+    .expect("valid");
+    assert_eq!(c.connections[0].api_key.as_deref(), Some("sk-test"));
+    assert_eq!(c.server.admin_key.as_deref(), Some("literal-admin"));
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    for (text, key) in [
+        ("[server]\nlisten_addr = \"x\"\n", "listen_addr"),
+        ("[[providers]]\nid = \"a\"\nbase_url = \"http://x\"\nkind = \"x\"\n", "kind"),
+        ("[resilience.breaker.api_key]\nfailure_treshold = 3\n", "failure_treshold"),
+        ("[bogus]\n", "bogus"),
+    ] {
+        let err = parse(text).expect_err("unknown key");
+        assert!(err.to_string().contains(key), "{key} not named: {err}");
+    }
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let got = fields(parse(
+        r#"
+[server]
+listen = "not-an-address"
+max_body_bytes = 10
+[[providers]]
+id = "a/b"
+base_url = "ftp://x"
+[[providers]]
+id = "dup"
+base_url = "http://x"
+[[providers]]
+id = "dup"
+base_url = "http://x"
+[[connections]]
+id = "c1"
+provider = "nope"
+[[connections]]
+id = "c1"
+provider = "dup"
+max_concurrent = 0
+[[combos]]
+name = "x"
+strategy = "weighted"
+targets = ["missing/model", "nomodel"]
+[resilience.model_lockout]
+base_cooldown_ms = -1
+"#,
+    ));
+    for f in [
+        "server.listen",
+        "server.max_body_bytes",
+        "providers[0].id",
+        "providers[0].base_url",
+        "providers[2].id",
+        "connections[0].provider",
+        "connections[1].id",
+        "connections[1].api_key",
+        "connections[1].max_concurrent",
+        "combos[0].strategy",
+        "combos[0].targets",
+        "resilience.model_lockout.base_cooldown_ms",
+    ] {
+        assert!(got.iter().any(|g| g == f), "{f} missing from {got:?}");
+    }
+}
+
+#[test]
+fn environment_settings_are_defaults_the_file_overrides() {
+    let vars = vec![
+        ("FERROUTE_RATE_LIMIT_MAX_WAIT_MS".to_owned(), "45000".to_owned()),
+        ("FERROUTE_BREAKER_LOCAL_FAILURE_THRESHOLD".to_owned(), "5".to_owned()),
+    ];
+    let c = Config::from_toml_str("[resilience.request_queue]\nmax_wait_ms = 1000\n", &no_env, &vars).expect("valid");
+    assert_eq!(c.resilience.request_queue.max_wait_ms, 1000);
+    assert_eq!(c.resilience.breaker.local.failure_threshold, 5);
+    let bad = vec![("FERROUTE_RATE_LIMIT_MAX_WAIT_MS".to_owned(), "soon".to_owned())];
+    let err = Config::from_toml_str("", &no_env, &bad).expect_err("bad env");
+    assert_eq!(err.0[0].field, "FERROUTE_RATE_LIMIT_MAX_WAIT_MS");
+}

@@ -1,0 +1,147 @@
+//! One error type for the shell, and the one function that maps it to a status and an
+//! OpenAI-style JSON body `{"error":{"message","type","code"}}`.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use std::io;
+use std::time::Duration;
+
+/// The body type of every response Ferroute sends.
+pub type Body = BoxBody<Bytes, io::Error>;
+
+/// Where an error came from. Only upstream errors count against a breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The client sent something wrong.
+    Downstream,
+    /// An upstream failed or refused.
+    Upstream,
+    /// Ferroute itself (a local limit, or a bug).
+    Internal,
+}
+
+/// An error on its way to the client.
+#[derive(Debug, Clone)]
+pub struct ProxyError {
+    /// Where it came from.
+    pub source: Source,
+    /// HTTP status.
+    pub status: u16,
+    /// Machine-readable code.
+    pub code: String,
+    /// Human-readable message.
+    pub message: String,
+    /// `Retry-After` for the client.
+    pub retry_after: Option<Duration>,
+    /// Extra fields merged into `error` (provider, diagnostics, …).
+    pub extra: serde_json::Map<String, serde_json::Value>,
+    /// Extra headers.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl ProxyError {
+    /// A new error.
+    pub fn new(source: Source, status: u16, code: impl Into<String>, message: impl Into<String>) -> Self {
+        ProxyError {
+            source,
+            status,
+            code: code.into(),
+            message: message.into(),
+            retry_after: None,
+            extra: serde_json::Map::new(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// 400 naming the problem.
+    pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
+        Self::new(Source::Downstream, 400, code, message)
+    }
+
+    /// Sets `Retry-After`.
+    pub fn retry_after(mut self, d: Option<Duration>) -> Self {
+        self.retry_after = d;
+        self
+    }
+
+    /// Adds a field to the `error` object.
+    pub fn with(mut self, key: &str, value: serde_json::Value) -> Self {
+        self.extra.insert(key.to_owned(), value);
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// The OpenAI error `type` for a status.
+    pub fn error_type(status: u16) -> &'static str {
+        match status {
+            400 | 404 | 405 | 409 | 413 | 415 | 422 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            429 => "rate_limit_error",
+            _ => "server_error",
+        }
+    }
+
+    /// The response.
+    pub fn into_response(self) -> Response<Body> {
+        let mut error = serde_json::Map::new();
+        error.insert("message".into(), self.message.into());
+        error.insert("type".into(), Self::error_type(self.status).into());
+        error.insert("code".into(), self.code.into());
+        let secs = self.retry_after.map(retry_after_secs);
+        if let Some(s) = secs {
+            error.insert("retry_after".into(), s.into());
+        }
+        error.extend(self.extra);
+        let body = serde_json::json!({ "error": error }).to_string();
+        let mut resp = json_response(self.status, body);
+        if let Some(s) = secs {
+            resp.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        for (name, value) in self.headers {
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                resp.headers_mut().insert(name, v);
+            }
+        }
+        resp
+    }
+}
+
+/// Whole seconds for `Retry-After`, rounded up, at least 1.
+pub fn retry_after_secs(d: Duration) -> u64 {
+    d.as_millis().div_ceil(1000).max(1) as u64
+}
+
+/// A JSON response.
+pub fn json_response(status: u16, body: String) -> Response<Body> {
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// A complete body.
+pub fn full(body: impl Into<Bytes>) -> Body {
+    Full::new(body.into()).map_err(|never| match never {}).boxed()
+}
+
+/// The `message` of an upstream error body, or the body itself (truncated).
+pub fn upstream_message(body: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let msg = parsed.as_ref().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("error"))
+            .and_then(|m| m.as_str())
+            .map(str::to_owned)
+    });
+    let text = msg.unwrap_or_else(|| body.trim().to_owned());
+    let end = text.char_indices().nth(500).map_or(text.len(), |(i, _)| i);
+    if text.is_empty() { "upstream returned an empty error body".to_owned() } else { text[..end].to_owned() }
+}

@@ -1,0 +1,543 @@
+//! The request path: resolve the model, let the core pick a connection, dispatch, classify
+//! and record the outcome, fall back within the request, and answer.
+
+use crate::auth::Client;
+use crate::config::Format;
+use crate::errors::{Body, ProxyError, Source, full, upstream_message};
+use crate::gateway::{Gateway, Plan, Slot, Target, seconds_since};
+use crate::stream::{Finalizer, relay};
+use bytes::Bytes;
+use ferroute_core::admission::{FailMode, QueueLimits};
+use ferroute_core::breaker::Ticket;
+use ferroute_core::classify::Decision;
+use ferroute_core::engine::{AttemptOutcome, Candidate, Exclusion, ExclusionReason, Selection};
+use http::{HeaderValue, Request, Response};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::Connect;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Header naming the connection that served (or last failed) a request.
+pub const SELECTED: &str = "x-ferroute-selected-connection-id";
+/// Largest upstream error body read.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Largest non-streamed upstream success body read.
+const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
+
+/// The last failure seen in a request.
+struct Failure {
+    decision: Decision,
+    message: String,
+    connection: String,
+    provider: String,
+}
+
+/// Reads and parses a JSON request body, enforcing the size limit.
+pub async fn read_json(req: Request<Incoming>, max: u64) -> Result<serde_json::Value, ProxyError> {
+    let declared = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(too_large(max));
+    }
+    let bytes = match Limited::new(req.into_body(), max as usize).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return Err(too_large(max)),
+        Err(e) => {
+            return Err(ProxyError::bad_request("body_read_error", format!("could not read the request body: {e}")));
+        }
+    };
+    if bytes.is_empty() {
+        return Err(ProxyError::bad_request("empty_body", "the request body is empty; send a JSON object"));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ProxyError::bad_request("invalid_json", format!("the request body is not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(ProxyError::bad_request("invalid_json", "the request body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+fn too_large(max: u64) -> ProxyError {
+    ProxyError::new(
+        Source::Downstream,
+        413,
+        "request_too_large",
+        format!("the request body exceeds {max} bytes (server.max_body_bytes)"),
+    )
+}
+
+/// `POST /v1/chat/completions` and `POST /v1/messages`.
+pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
+    gw: Arc<Gateway<C>>,
+    req: Request<Incoming>,
+    client: Client,
+    format: Format,
+) -> Response<Body> {
+    let mut json = match read_json(req, gw.config.server.max_body_bytes).await {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    let model = match json.get("model") {
+        Some(serde_json::Value::String(m)) if !m.trim().is_empty() => m.clone(),
+        Some(_) => {
+            return ProxyError::bad_request("invalid_model", "`model` must be a non-empty string").into_response();
+        }
+        None => return ProxyError::bad_request("missing_model", "missing required field `model`").into_response(),
+    };
+    if format == Format::Openai && !json.get("messages").is_some_and(|m| m.is_array()) {
+        return ProxyError::bad_request("missing_messages", "missing required field `messages` (an array)")
+            .into_response();
+    }
+    if format == Format::Anthropic && json.get("max_tokens").is_none() {
+        return ProxyError::bad_request("missing_max_tokens", "missing required field `max_tokens`").into_response();
+    }
+    let stream = match json.get("stream") {
+        None | Some(serde_json::Value::Null) => false,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(_) => return ProxyError::bad_request("invalid_stream", "`stream` must be a boolean").into_response(),
+    };
+    let plan = match gw.resolve(&model, format) {
+        Ok(p) => p,
+        Err(msg) => return ProxyError::new(Source::Downstream, 404, "model_not_found", msg).into_response(),
+    };
+    let plan = Plan {
+        targets: plan.targets.into_iter().filter(|t| client.may_use(&gw.config.connections[t.connection].id)).collect(),
+        ..plan
+    };
+    if plan.targets.is_empty() {
+        return ProxyError::new(
+            Source::Downstream,
+            403,
+            "no_allowed_connections",
+            format!("this key may not use any connection serving {model:?}"),
+        )
+        .into_response();
+    }
+    dispatch(gw, plan, &mut json, stream, format).await
+}
+
+async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
+    gw: Arc<Gateway<C>>,
+    plan: Plan,
+    json: &mut serde_json::Value,
+    stream: bool,
+    format: Format,
+) -> Response<Body> {
+    let mut skip = BTreeSet::new();
+    let mut last: Option<Failure> = None;
+    for _ in 0..=plan.targets.len() {
+        let now = gw.clock.now();
+        let selection = {
+            let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
+            gw.with_engine(|e| e.select(now, &cands, plan.strategy, &skip, &plan.key))
+        };
+        gw.settle();
+        let (index, ticket) = match selection {
+            Selection::Pick { index, ticket } => (index, ticket),
+            Selection::NoneEligible(ex) => {
+                return finish(&gw, last.map_or_else(|| no_target(&gw, &plan, &ex), failure_error), None);
+            }
+        };
+        let target = &plan.targets[index];
+        let (provider, connection) = gw.parts(target);
+        skip.insert(connection.id.clone());
+        let same_provider_next = plan.combo
+            && plan.targets.iter().any(|t| {
+                t.target_index > target.target_index
+                    && t.provider == target.provider
+                    && !skip.contains(&gw.config.connections[t.connection].id)
+            });
+        let attempt = Attempt { gw: Arc::clone(&gw), target: target.clone(), ticket: Some(ticket), same_provider_next };
+        match attempt_once(attempt, json, stream, format).await {
+            Step::Done(resp) => return resp,
+            Step::Fallback(f) => {
+                tracing::info!(provider = %provider.id, connection = %connection.id, status = f.decision.status, reason = f.decision.reason.as_str(), "attempt failed");
+                last = Some(f);
+            }
+            Step::Fail(e, conn) => return finish(&gw, e, Some(&conn)),
+        }
+    }
+    finish(
+        &gw,
+        last.map_or_else(
+            || ProxyError::new(Source::Internal, 503, "no_executable_targets", "no target could run"),
+            failure_error,
+        ),
+        None,
+    )
+}
+
+fn finish(
+    gw: &Gateway<impl Connect + Clone + Send + Sync + 'static>,
+    e: ProxyError,
+    connection: Option<&str>,
+) -> Response<Body> {
+    let provider = e.extra.get("provider").and_then(|p| p.as_str()).unwrap_or("").to_owned();
+    gw.metrics.request(e.status, &provider);
+    let mut resp = e.into_response();
+    if let Some(c) = connection.filter(|c| !c.is_empty())
+        && let Ok(v) = HeaderValue::from_str(c)
+    {
+        resp.headers_mut().insert(SELECTED, v);
+    }
+    resp
+}
+
+fn failure_error(f: Failure) -> ProxyError {
+    let d = &f.decision;
+    let code = if d.upstream_status == 0 { "upstream_unreachable".to_owned() } else { d.reason.as_str().to_owned() };
+    let mut e = ProxyError::new(Source::Upstream, d.status, code, f.message)
+        .retry_after(d.client_retry_after)
+        .with("provider", f.provider.into())
+        .header(SELECTED, f.connection);
+    if let Some(rule) = d.restated_by {
+        e = e.with("upstream_status", d.upstream_status.into()).with("restated_by", rule.into());
+    }
+    e
+}
+
+/// The answer when nothing is eligible and nothing was tried.
+fn no_target<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, plan: &Plan, ex: &[Exclusion]) -> ProxyError {
+    let relevant: Vec<&Exclusion> = ex.iter().filter(|e| e.reason != ExclusionReason::Skipped).collect();
+    let min_wait =
+        relevant.iter().filter(|e| e.reason.is_timer() && !e.retry_after.is_zero()).map(|e| e.retry_after).min();
+    let describe = |e: &Exclusion| {
+        let (p, c) = gw.parts(&plan.targets[e.index]);
+        serde_json::json!({
+            "target": format!("{}/{}", p.id, plan.targets[e.index].model),
+            "connection": c.id,
+            "reason": e.reason.as_str(),
+            "retry_after_s": e.retry_after.as_secs_f64().ceil() as u64,
+        })
+    };
+    let provider_of = |e: &Exclusion| gw.parts(&plan.targets[e.index]).0.id.clone();
+    if !relevant.is_empty() && relevant.iter().all(|e| matches!(e.reason, ExclusionReason::Terminal(_))) {
+        let kinds: BTreeSet<&str> = relevant.iter().map(|e| e.reason.as_str()).collect();
+        return ProxyError::new(
+            Source::Upstream,
+            401,
+            "connections_unavailable",
+            format!(
+                "all {} connection(s) are unusable ({}) until their credentials change or an operator resets them",
+                relevant.len(),
+                kinds.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .with("provider", provider_of(relevant[0]).into());
+    }
+    let one_provider = relevant.iter().map(|e| plan.targets[e.index].provider).collect::<BTreeSet<_>>().len() == 1;
+    if !relevant.is_empty() && relevant.iter().all(|e| e.reason == ExclusionReason::CircuitOpen) && one_provider {
+        let p = provider_of(relevant[0]);
+        let wait = relevant.iter().map(|e| e.retry_after).min().unwrap_or(Duration::ZERO).max(Duration::from_secs(1));
+        return ProxyError::new(
+            Source::Upstream,
+            503,
+            "provider_circuit_open",
+            format!("Provider {p} circuit breaker is open"),
+        )
+        .retry_after(Some(wait))
+        .with("provider", p.into())
+        .header("x-ferroute-provider-breaker", "open");
+    }
+    if !plan.combo
+        && !relevant.is_empty()
+        && relevant.iter().all(|e| {
+            matches!(
+                e.reason,
+                ExclusionReason::Unavailable
+                    | ExclusionReason::ModelLockout
+                    | ExclusionReason::Terminal(_)
+                    | ExclusionReason::ProviderCooldown
+            )
+        })
+    {
+        let p = provider_of(relevant[0]);
+        return ProxyError::new(
+            Source::Upstream,
+            429,
+            "all_connections_cooling_down",
+            format!("every connection of {p} is cooling down"),
+        )
+        .retry_after(min_wait.or(Some(Duration::from_secs(1))))
+        .with("provider", p.into())
+        .with(
+            "diagnostics",
+            serde_json::json!({ "excluded": relevant.iter().map(|e| describe(e)).collect::<Vec<_>>() }),
+        );
+    }
+    if relevant.iter().any(|e| e.reason.is_timer()) {
+        return ProxyError::new(
+            Source::Upstream,
+            503,
+            "all_targets_cooling_down",
+            format!("every target of {} is cooling down", plan.key),
+        )
+        .retry_after(min_wait.or(Some(Duration::from_secs(1))))
+        .with(
+            "diagnostics",
+            serde_json::json!({ "excluded": relevant.iter().map(|e| describe(e)).collect::<Vec<_>>() }),
+        );
+    }
+    ProxyError::new(Source::Upstream, 404, "no_executable_targets", format!("no target of {} can run", plan.key))
+}
+
+/// One attempt's resilience bookkeeping; if dropped before an outcome is recorded (the client
+/// went away mid-attempt), it records a neutral outcome so the breaker's probe slot returns.
+pub struct Attempt<C: Connect + Clone + Send + Sync + 'static> {
+    /// The gateway.
+    pub gw: Arc<Gateway<C>>,
+    /// The target.
+    pub target: Target,
+    /// The breaker ticket, until recorded.
+    pub ticket: Option<Ticket>,
+    /// Whether the next combo target is on the same provider.
+    pub same_provider_next: bool,
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
+    /// Records the outcome (once).
+    pub fn record(&mut self, outcome: AttemptOutcome<'_>) -> Option<Decision> {
+        let ticket = self.ticket.take()?;
+        let gw = &self.gw;
+        let (provider, connection) = gw.parts(&self.target);
+        let cand = gw.candidate(&self.target);
+        let now = gw.clock.now();
+        let wall = gw.clock.wall_ms(now);
+        let d = gw.with_engine(|e| {
+            e.record(
+                now,
+                &cand,
+                provider.profile(),
+                ticket,
+                outcome,
+                self.same_provider_next,
+                connection.disable_cooling,
+                Some(wall),
+            )
+        });
+        gw.settle();
+        d
+    }
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> Drop for Attempt<C> {
+    fn drop(&mut self) {
+        if self.ticket.is_some() {
+            self.record(AttemptOutcome::Neutral);
+        }
+    }
+}
+
+enum Step {
+    Done(Response<Body>),
+    Fallback(Failure),
+    Fail(ProxyError, String),
+}
+
+fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    t: &Target,
+    json: &mut serde_json::Value,
+    format: Format,
+) -> Result<Request<Full<Bytes>>, ProxyError> {
+    let (provider, connection) = gw.parts(t);
+    json["model"] = serde_json::Value::String(t.model.clone());
+    let body =
+        serde_json::to_vec(json).map_err(|e| ProxyError::new(Source::Internal, 500, "internal", e.to_string()))?;
+    let path = match format {
+        Format::Openai => "/chat/completions",
+        Format::Anthropic => "/messages",
+    };
+    let url = format!("{}{path}", gw.base_urls[t.provider]);
+    let mut b = Request::post(url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json, text/event-stream");
+    if let Some(key) = connection.api_key.as_deref() {
+        b = match provider.format {
+            Format::Openai => b.header(http::header::AUTHORIZATION, format!("Bearer {key}")),
+            Format::Anthropic => b.header("x-api-key", key),
+        };
+    }
+    if provider.format == Format::Anthropic {
+        b = b.header("anthropic-version", "2023-06-01");
+    }
+    b.body(Full::new(Bytes::from(body))).map_err(|e| {
+        ProxyError::new(
+            Source::Internal,
+            500,
+            "bad_upstream_request",
+            format!("could not build the upstream request for {}: {e}", provider.id),
+        )
+    })
+}
+
+async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
+    mut attempt: Attempt<C>,
+    json: &mut serde_json::Value,
+    stream: bool,
+    format: Format,
+) -> Step {
+    let gw = Arc::clone(&attempt.gw);
+    let target = attempt.target.clone();
+    let (provider, connection) = gw.parts(&target);
+    let conn_id = connection.id.clone();
+    // M9: the request queue of provider + connection.
+    let limits = QueueLimits::resolve(
+        &gw.config.resilience.request_queue,
+        None,
+        connection.request_queue.as_ref(),
+        provider.start_timeout_ms.map(Duration::from_millis),
+    );
+    let queue_key = format!("{}:{}", provider.id, connection.id);
+    let queue_slot = match gw.admit(&queue_key, limits, FailMode::Closed).await {
+        Ok(s) => s,
+        Err(r) => {
+            attempt.record(AttemptOutcome::Neutral);
+            let e = ProxyError::new(Source::Internal, r.code.status(), r.code.as_str(), r.message)
+                .with("provider", provider.id.clone().into());
+            return Step::Fail(e, conn_id);
+        }
+    };
+    // M7: the connection's max_concurrent semaphore; fail-open.
+    let share_slot = match (connection.max_concurrent, gw.config.resilience.quota_share.enabled) {
+        (Some(max), true) => {
+            let qs = &gw.config.resilience.quota_share;
+            let limits = QueueLimits {
+                max_wait: Duration::from_millis(qs.queue_timeout_ms.max(1) as u64),
+                execution_max_wait: limits.execution_max_wait,
+                max_queue_depth: qs.max_queue_size.max(0) as usize,
+                concurrent: max as usize,
+            };
+            gw.admit(&format!("share:{}", connection.id), limits, FailMode::Open).await.ok()
+        }
+        _ => None,
+    };
+    let req = match upstream_request(&gw, &target, json, format) {
+        Ok(r) => r,
+        Err(e) => {
+            attempt.record(AttemptOutcome::Neutral);
+            return Step::Fail(e, conn_id);
+        }
+    };
+    let started = gw.clock.now();
+    let start_timeout = provider.start_timeout_ms.map(Duration::from_millis);
+    let budget = match start_timeout {
+        Some(s) => s.min(limits.execution_max_wait),
+        None => limits.execution_max_wait,
+    };
+    let result = tokio::time::timeout(budget, gw.client.request(req)).await;
+    gw.metrics.upstream_latency(&provider.id, seconds_since(started, gw.clock.now()));
+    let resp = match result {
+        Err(_) if start_timeout.is_some_and(|s| s <= limits.execution_max_wait) => {
+            // The provider's own start timeout: a provider-level failure.
+            return transport_failure(
+                &mut attempt,
+                format!("{} sent no response headers within {} ms", provider.id, budget.as_millis()),
+            );
+        }
+        Err(_) => {
+            attempt.record(AttemptOutcome::Neutral);
+            let e = ProxyError::new(
+                Source::Internal,
+                504,
+                "RATE_LIMIT_EXECUTION_TIMEOUT",
+                format!(
+                    "the upstream attempt exceeded execution_max_wait_ms ({} ms)",
+                    limits.execution_max_wait.as_millis()
+                ),
+            )
+            .with("provider", provider.id.clone().into());
+            return Step::Fail(e, conn_id);
+        }
+        Ok(Err(e)) => return transport_failure(&mut attempt, format!("{} is unreachable: {e}", provider.id)),
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status();
+    if status.is_success() {
+        let is_sse = resp
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if stream && is_sse {
+            gw.metrics.request(status.as_u16(), &provider.id);
+            let fin = Finalizer::new(
+                attempt,
+                vec![Some(queue_slot), share_slot].into_iter().flatten().collect::<Vec<Slot<C>>>(),
+            );
+            return Step::Done(relay(fin, resp, format, conn_id));
+        }
+        let (parts, body) = resp.into_parts();
+        let remaining = limits.execution_max_wait.saturating_sub(gw.clock.now().saturating_duration_since(started));
+        let bytes = match tokio::time::timeout(remaining, Limited::new(body, MAX_RESPONSE_BODY).collect()).await {
+            Ok(Ok(c)) => c.to_bytes(),
+            Ok(Err(e)) => {
+                return transport_failure(&mut attempt, format!("{} broke off its response: {e}", provider.id));
+            }
+            Err(_) => {
+                attempt.record(AttemptOutcome::Neutral);
+                return Step::Fail(
+                    ProxyError::new(
+                        Source::Internal,
+                        504,
+                        "RATE_LIMIT_EXECUTION_TIMEOUT",
+                        "the upstream response body did not finish within execution_max_wait_ms",
+                    ),
+                    conn_id,
+                );
+            }
+        };
+        attempt.record(AttemptOutcome::Success);
+        drop((queue_slot, share_slot));
+        gw.metrics.request(status.as_u16(), &provider.id);
+        let mut out = Response::new(full(bytes));
+        *out.status_mut() = parts.status;
+        if let Some(ct) = parts.headers.get(http::header::CONTENT_TYPE) {
+            out.headers_mut().insert(http::header::CONTENT_TYPE, ct.clone());
+        }
+        if let Ok(v) = HeaderValue::from_str(&conn_id) {
+            out.headers_mut().insert(SELECTED, v);
+        }
+        return Step::Done(out);
+    }
+    // An upstream error: read a bounded body, classify, record.
+    let (parts, body) = resp.into_parts();
+    let text = match tokio::time::timeout(Duration::from_secs(30), Limited::new(body, MAX_ERROR_BODY).collect()).await {
+        Ok(Ok(c)) => String::from_utf8_lossy(&c.to_bytes()).into_owned(),
+        _ => String::new(),
+    };
+    let headers: Vec<(&str, &str)> =
+        parts.headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))).collect();
+    let Some(decision) =
+        attempt.record(AttemptOutcome::Upstream { status: status.as_u16(), headers: &headers, body: &text })
+    else {
+        return Step::Fail(
+            ProxyError::new(Source::Internal, 500, "internal", "the outcome was recorded twice"),
+            conn_id,
+        );
+    };
+    let failure = Failure {
+        message: upstream_message(&text),
+        decision,
+        connection: conn_id.clone(),
+        provider: provider.id.clone(),
+    };
+    if failure.decision.should_fallback { Step::Fallback(failure) } else { Step::Fail(failure_error(failure), conn_id) }
+}
+
+fn transport_failure<C: Connect + Clone + Send + Sync + 'static>(attempt: &mut Attempt<C>, message: String) -> Step {
+    let provider = attempt.gw.parts(&attempt.target).0.id.clone();
+    let connection = attempt.gw.parts(&attempt.target).1.id.clone();
+    tracing::warn!(%provider, %connection, %message, "upstream transport failure");
+    match attempt.record(AttemptOutcome::Transport) {
+        Some(decision) => Step::Fallback(Failure { decision, message, connection, provider }),
+        None => {
+            Step::Fail(ProxyError::new(Source::Internal, 500, "internal", "the outcome was recorded twice"), connection)
+        }
+    }
+}

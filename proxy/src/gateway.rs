@@ -1,0 +1,413 @@
+//! The gateway's shared state: config, the core engine behind one lock, admission queues,
+//! the store, metrics and the upstream client.
+
+use crate::clock::{Clock, ms};
+use crate::config::{ComboConfig, Config, ConnectionConfig, Format, ProviderConfig};
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreError, age_breaker, age_connection};
+use bytes::Bytes;
+use ferroute_core::admission::{AdmissionQueue, Enter, FailMode, Permit, QueueLimits, QueueRejection, WaitExpiry};
+use ferroute_core::engine::{Candidate, Engine, Event, Strategy};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::Connect;
+use hyper_util::rt::TokioExecutor;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// The upstream client.
+pub type UpstreamClient<C> = HyperClient<C, Full<Bytes>>;
+
+/// One routable target of a request.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Index into `config.providers`.
+    pub provider: usize,
+    /// Index into `config.connections`.
+    pub connection: usize,
+    /// The model sent upstream.
+    pub model: String,
+    /// Position of the combo target it came from (0 for direct requests).
+    pub target_index: usize,
+}
+
+/// How a request's `model` resolved.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Candidates in order.
+    pub targets: Vec<Target>,
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Whether it is a combo.
+    pub combo: bool,
+    /// Round-robin cursor name.
+    pub key: String,
+}
+
+struct QueueEntry {
+    queue: AdmissionQueue,
+    wakers: BTreeMap<u64, oneshot::Sender<()>>,
+}
+
+/// The gateway.
+pub struct Gateway<C> {
+    /// The config.
+    pub config: Config,
+    engine: Mutex<Engine>,
+    queues: Mutex<BTreeMap<String, QueueEntry>>,
+    /// The store, if persistence is on.
+    pub store: Option<Store>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// The clock.
+    pub clock: Clock,
+    /// The upstream client.
+    pub client: UpstreamClient<C>,
+    /// Resolved base URLs by provider index.
+    pub base_urls: Vec<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // State machines are updated in single synchronous calls, so a panic elsewhere cannot
+    // leave one half-updated: a poisoned lock is still consistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
+    /// Builds the gateway and restores persisted state.
+    pub fn new(
+        config: Config,
+        connector: C,
+        store: Option<Store>,
+        clock: Clock,
+        seed: u64,
+    ) -> Result<Self, StoreError> {
+        let client = HyperClient::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .build(connector);
+        let base_urls = config.providers.iter().map(|p| p.base_url.trim_end_matches('/').to_owned()).collect();
+        let engine = Engine::new(config.resilience.clone(), seed);
+        let gw = Gateway {
+            config,
+            engine: Mutex::new(engine),
+            queues: Mutex::new(BTreeMap::new()),
+            store,
+            metrics: Metrics::new(),
+            clock,
+            client,
+            base_urls,
+        };
+        gw.restore()?;
+        Ok(gw)
+    }
+
+    fn restore(&self) -> Result<(), StoreError> {
+        let Some(store) = &self.store else { return Ok(()) };
+        let loaded = store.load()?;
+        let now = self.clock.now();
+        let wall = self.clock.wall_ms(now);
+        let mut engine = lock(&self.engine);
+        for (provider, snap, saved) in loaded.breakers {
+            let Some(p) = self.config.provider(&provider) else { continue };
+            let cfg = self.config.resilience.breaker_config(p.class);
+            engine.breakers_mut().restore(&provider, &cfg, &age_breaker(snap, wall.saturating_sub(saved)), now);
+        }
+        for (id, snap, saved) in loaded.connections {
+            if self.config.connections.iter().any(|c| c.id == id) {
+                engine.restore_connection(&id, &age_connection(snap, wall.saturating_sub(saved)), now);
+            }
+        }
+        drop(engine);
+        let settings = serde_json::to_string(&self.config.resilience).unwrap_or_default();
+        store.save_setting("resilience.effective", &settings, wall)?;
+        Ok(())
+    }
+
+    /// Runs `f` on the engine (one synchronous call; never held across `.await`).
+    pub fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        f(&mut lock(&self.engine))
+    }
+
+    /// Drains the engine's events: logs them and persists what they changed.
+    pub fn settle(&self) {
+        let now = self.clock.now();
+        let (events, breakers, connections) = self.with_engine(|e| {
+            let mut events = Vec::new();
+            while let Some(ev) = e.poll_event() {
+                events.push(ev);
+            }
+            let mut providers = BTreeSet::new();
+            let mut conns = BTreeSet::new();
+            for ev in &events {
+                match ev {
+                    Event::Breaker(t) => {
+                        providers.insert(t.provider.clone());
+                    }
+                    Event::ConnectionCooldown { connection, .. }
+                    | Event::ConnectionTerminal { connection, .. }
+                    | Event::ConnectionRecovered { connection } => {
+                        conns.insert(connection.to_string());
+                    }
+                    Event::Lockout { .. } => {}
+                }
+            }
+            let breakers: Vec<_> = providers
+                .into_iter()
+                .filter_map(|p| e.breakers().get(&p).map(|b| (p.clone(), b.snapshot(now))))
+                .collect();
+            let connections: Vec<_> = conns
+                .into_iter()
+                .map(|c| {
+                    let s = e.connection(&c).snapshot(now);
+                    (c, s)
+                })
+                .collect();
+            (events, breakers, connections)
+        });
+        for ev in &events {
+            log_event(ev, &self.clock);
+        }
+        if let Some(store) = &self.store
+            && let Err(e) = store.save(&breakers, &connections, self.clock.wall_ms(now))
+        {
+            tracing::error!(error = %e, "could not persist resilience state");
+        }
+    }
+
+    /// Writes every breaker and connection (shutdown).
+    pub fn flush(&self) {
+        let now = self.clock.now();
+        let (b, c) = self.with_engine(|e| {
+            let b: Vec<_> = e.breakers().iter().map(|(p, br)| (p.to_owned(), br.snapshot(now))).collect();
+            let c: Vec<_> = e.connections().map(|(id, s)| (id.to_owned(), s.snapshot(now))).collect();
+            (b, c)
+        });
+        if let Some(store) = &self.store
+            && let Err(e) = store.save(&b, &c, self.clock.wall_ms(now))
+        {
+            tracing::error!(error = %e, "could not flush resilience state");
+        }
+    }
+
+    /// Resolves a request's `model`: a combo name, `provider/model`, or a bare model (the
+    /// first provider that lists it). Only providers speaking `format` are used.
+    pub fn resolve(&self, model: &str, format: Format) -> Result<Plan, String> {
+        let cfg = &self.config;
+        if let Some(combo) = cfg.combos.iter().find(|c| c.name == model) {
+            return Ok(self.combo_plan(combo, format));
+        }
+        let (provider, upstream_model) = match model.split_once('/') {
+            Some((p, m)) if cfg.provider(p).is_some() => (p.to_owned(), m.to_owned()),
+            _ => match cfg.providers.iter().find(|p| p.models.iter().any(|m| m == model)) {
+                Some(p) => (p.id.clone(), model.to_owned()),
+                None => {
+                    return Err(format!(
+                        "model {model:?} is not served here: use provider/model, a combo name, or a model a provider lists (GET /v1/models)"
+                    ));
+                }
+            },
+        };
+        let pi = cfg.providers.iter().position(|p| p.id == provider).unwrap_or(0);
+        if cfg.providers[pi].format != format {
+            return Err(format!(
+                "provider {provider:?} speaks the {:?} format; use the matching endpoint",
+                cfg.providers[pi].format
+            )
+            .to_lowercase());
+        }
+        let targets = self
+            .connections_of(pi)
+            .map(|ci| Target { provider: pi, connection: ci, model: upstream_model.clone(), target_index: 0 })
+            .collect();
+        Ok(Plan { targets, strategy: Strategy::Priority, combo: false, key: model.to_owned() })
+    }
+
+    fn combo_plan(&self, combo: &ComboConfig, format: Format) -> Plan {
+        let mut targets = Vec::new();
+        for (ti, t) in combo.targets.iter().enumerate() {
+            let Some((p, m)) = t.split_once('/') else { continue };
+            let Some(pi) = self.config.providers.iter().position(|x| x.id == p) else { continue };
+            if self.config.providers[pi].format != format {
+                continue;
+            }
+            targets.extend(self.connections_of(pi).map(|ci| Target {
+                provider: pi,
+                connection: ci,
+                model: m.to_owned(),
+                target_index: ti,
+            }));
+        }
+        let strategy = match combo.strategy.as_str() {
+            "round-robin" => Strategy::RoundRobin,
+            "random" => Strategy::Random,
+            _ => Strategy::Priority,
+        };
+        Plan { targets, strategy, combo: true, key: combo.name.clone() }
+    }
+
+    fn connections_of(&self, provider: usize) -> impl Iterator<Item = usize> + '_ {
+        let id = &self.config.providers[provider].id;
+        self.config.connections.iter().enumerate().filter(move |(_, c)| &c.provider == id).map(|(i, _)| i)
+    }
+
+    /// The provider and connection of a target.
+    pub fn parts(&self, t: &Target) -> (&ProviderConfig, &ConnectionConfig) {
+        (&self.config.providers[t.provider], &self.config.connections[t.connection])
+    }
+
+    /// A core candidate for a target.
+    pub fn candidate<'a>(&'a self, t: &'a Target) -> Candidate<'a> {
+        let (p, c) = self.parts(t);
+        Candidate { provider: &p.id, class: p.class, connection: &c.id, model: &t.model, family: None }
+    }
+
+    /// Waits for a slot in queue `key`. Dropping the returned future (client gone) gives its
+    /// place back.
+    pub async fn admit(
+        self: &Arc<Self>,
+        key: &str,
+        limits: QueueLimits,
+        mode: FailMode,
+    ) -> Result<Slot<C>, QueueRejection> {
+        let now = self.clock.now();
+        let (rx, waiter, deadline) = {
+            let mut queues = lock(&self.queues);
+            let entry = queues.entry(key.to_owned()).or_insert_with(|| QueueEntry {
+                queue: AdmissionQueue::new(key, limits, mode),
+                wakers: BTreeMap::new(),
+            });
+            entry.queue.set_limits(limits);
+            match entry.queue.try_enter(now) {
+                Enter::Run(p) => return Ok(Slot { gw: Arc::clone(self), key: key.to_owned(), permit: Some(p) }),
+                Enter::Bypass => return Ok(Slot { gw: Arc::clone(self), key: key.to_owned(), permit: None }),
+                Enter::Reject(r) => return Err(r),
+                Enter::Wait { waiter, deadline } => {
+                    let (tx, rx) = oneshot::channel();
+                    entry.wakers.insert(waiter, tx);
+                    self.metrics.queue(key, entry.queue.queued());
+                    (rx, waiter, deadline)
+                }
+            }
+        };
+        let mut cancel = CancelWait { gw: Arc::clone(self), key: key.to_owned(), waiter, armed: true };
+        let woken = tokio::select! {
+            r = rx => r.is_ok(),
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => false,
+        };
+        cancel.armed = false;
+        let mut queues = lock(&self.queues);
+        let Some(entry) = queues.get_mut(key) else {
+            return Ok(Slot { gw: Arc::clone(self), key: key.to_owned(), permit: None });
+        };
+        entry.wakers.remove(&waiter);
+        let result = if woken {
+            match entry.queue.take_promoted(waiter) {
+                Some(p) => Ok(Some(p)),
+                None => map_expiry(entry.queue.expire(waiter)),
+            }
+        } else {
+            map_expiry(entry.queue.expire(waiter))
+        };
+        self.metrics.queue(key, entry.queue.queued());
+        result.map(|permit| Slot { gw: Arc::clone(self), key: key.to_owned(), permit })
+    }
+
+    fn release(&self, key: &str, permit: Permit) {
+        let mut queues = lock(&self.queues);
+        if let Some(entry) = queues.get_mut(key) {
+            if let Some(next) = entry.queue.release(permit)
+                && let Some(tx) = entry.wakers.remove(&next)
+            {
+                let _ = tx.send(());
+            }
+            self.metrics.queue(key, entry.queue.queued());
+        }
+    }
+
+    fn cancel_wait(&self, key: &str, waiter: u64) {
+        let mut queues = lock(&self.queues);
+        if let Some(entry) = queues.get_mut(key) {
+            entry.wakers.remove(&waiter);
+            if let Some(next) = entry.queue.cancel(waiter)
+                && let Some(tx) = entry.wakers.remove(&next)
+            {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// Queue depths by queue.
+    pub fn queue_depths(&self) -> Vec<(String, usize, usize)> {
+        lock(&self.queues).iter().map(|(k, e)| (k.clone(), e.queue.queued(), e.queue.running())).collect()
+    }
+
+    /// Runs the engine's periodic sweep.
+    pub fn sweep(&self) {
+        let now = self.clock.now();
+        self.with_engine(|e| e.sweep(now));
+    }
+}
+
+fn map_expiry(e: WaitExpiry) -> Result<Option<Permit>, QueueRejection> {
+    match e {
+        WaitExpiry::Promoted(p) => Ok(Some(p)),
+        WaitExpiry::Bypass => Ok(None),
+        WaitExpiry::TimedOut(r) => Err(r),
+    }
+}
+
+/// A held queue slot (or a fail-open pass); released on drop.
+pub struct Slot<C: Connect + Clone + Send + Sync + 'static> {
+    gw: Arc<Gateway<C>>,
+    key: String,
+    permit: Option<Permit>,
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> Drop for Slot<C> {
+    fn drop(&mut self) {
+        if let Some(p) = self.permit.take() {
+            self.gw.release(&self.key, p);
+        }
+    }
+}
+
+struct CancelWait<C: Connect + Clone + Send + Sync + 'static> {
+    gw: Arc<Gateway<C>>,
+    key: String,
+    waiter: u64,
+    armed: bool,
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> Drop for CancelWait<C> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.gw.cancel_wait(&self.key, self.waiter);
+        }
+    }
+}
+
+fn log_event(ev: &Event, clock: &Clock) {
+    match ev {
+        Event::Breaker(t) => {
+            tracing::warn!(provider = %t.provider, from = t.from.as_str(), to = t.to.as_str(), reason = ?t.reason, "breaker transition")
+        }
+        Event::ConnectionCooldown { connection, until, level, reason } => {
+            tracing::info!(%connection, until = %crate::clock::rfc3339(clock.wall_ms(*until)), level, reason = reason.as_str(), "connection cooling down")
+        }
+        Event::ConnectionTerminal { connection, state } => {
+            tracing::warn!(%connection, state = state.as_str(), "connection terminal")
+        }
+        Event::ConnectionRecovered { connection } => tracing::info!(%connection, "connection recovered"),
+        Event::Lockout { provider, connection, model, cooldown } => {
+            tracing::info!(%provider, %connection, %model, cooldown_ms = ms(*cooldown), "model locked out")
+        }
+    }
+}
+
+/// Seconds since an instant, for latency metrics.
+pub fn seconds_since(start: Instant, now: Instant) -> f64 {
+    now.saturating_duration_since(start).as_secs_f64()
+}

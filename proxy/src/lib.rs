@@ -1,0 +1,83 @@
+//! Ferroute's production gateway: a thin hyper/tokio shell around the resilience core.
+//!
+//! [`serve`] is generic over the accept source and the upstream connector, so the
+//! deterministic simulation runs this same service over simulated sockets.
+
+pub mod admin;
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod demo;
+pub mod errors;
+pub mod forward;
+pub mod gateway;
+pub mod metrics;
+pub mod serve;
+pub mod store;
+pub mod stream;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::store::Store;
+use hyper_util::client::legacy::connect::Connect;
+pub use scenarios::net::Listener;
+use std::future::Future;
+use std::sync::Arc;
+
+/// Where state is kept.
+pub enum Persistence {
+    /// `data_dir/state.db` (SQLite, WAL).
+    Dir(std::path::PathBuf),
+    /// In memory only.
+    Memory,
+}
+
+/// Everything `serve` needs besides the config, listener and connector.
+pub struct ServeOptions<S> {
+    /// Where state is kept.
+    pub persistence: Persistence,
+    /// Wall clock at start-up (Unix ms); the simulation passes a fixed value.
+    pub wall_start_ms: u64,
+    /// Seed of the core's RNG.
+    pub seed: u64,
+    /// Resolves when the gateway should shut down.
+    pub shutdown: S,
+}
+
+/// Builds the gateway (restoring persisted state) without serving it.
+pub fn build<C: Connect + Clone + Send + Sync + 'static>(
+    config: Config,
+    connector: C,
+    persistence: Persistence,
+    wall_start_ms: u64,
+    seed: u64,
+) -> anyhow::Result<Arc<Gateway<C>>> {
+    let store = match persistence {
+        Persistence::Dir(dir) => Store::open_dir(&dir)?,
+        Persistence::Memory => Store::in_memory()?,
+    };
+    Ok(Arc::new(Gateway::new(config, connector, Some(store), Clock::anchored(wall_start_ms), seed)?))
+}
+
+/// Serves the gateway on `listener` until `opts.shutdown` resolves.
+pub async fn serve<L, C, S>(config: Config, listener: L, connector: C, opts: ServeOptions<S>) -> anyhow::Result<()>
+where
+    L: Listener,
+    C: Connect + Clone + Send + Sync + 'static,
+    S: Future<Output = ()>,
+{
+    let gw = build(config, connector, opts.persistence, opts.wall_start_ms, opts.seed)?;
+    serve::serve_gateway(gw, listener, opts.shutdown).await;
+    Ok(())
+}
+
+/// The production connector: HTTP and HTTPS (rustls with the webpki roots, so no system
+/// certificate store is needed).
+pub fn https_connector() -> hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector> {
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(std::time::Duration::from_secs(10)));
+    hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots().https_or_http().enable_http1().wrap_connector(http)
+}

@@ -1,0 +1,164 @@
+//! `ferroute`: the gateway binary.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use proxy::clock::system_wall_ms;
+use proxy::config::{Config, demo};
+use proxy::{Persistence, build, https_connector, serve::serve_gateway};
+use std::path::PathBuf;
+
+/// Ferroute: an LLM API gateway that keeps coding agents working while upstream providers
+/// fail, throttle, misreport their status or stream too slowly.
+///
+/// With no arguments it listens on 127.0.0.1:8787, keeps state in ./ferroute-data/state.db and
+/// serves a built-in demo provider (models demo/echo and demo/flaky), so a chat completion
+/// works offline at once. Settings can also come from FERROUTE_… environment variables (for
+/// example FERROUTE_RATE_LIMIT_MAX_WAIT_MS); a config file overrides them.
+#[derive(Parser, Debug)]
+#[command(name = "ferroute", version, about, long_about)]
+struct Cli {
+    /// A TOML config file (see examples/ferroute.toml).
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Override server.listen (e.g. 127.0.0.1:9000).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Override server.data_dir.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Validate a config file, print every problem, and exit (0 when valid).
+    CheckConfig {
+        /// The file.
+        file: PathBuf,
+    },
+    /// List the FERROUTE_… environment variables and the settings they set.
+    EnvVars,
+}
+
+fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
+    let env = |name: &str| std::env::var(name).ok();
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    match path {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("cannot read config file {}", p.display()))?;
+            Config::from_toml_str(&text, &env, &vars).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+        }
+        None => Config::embedded(&env, &vars).map_err(|e| anyhow::anyhow!("{e}")),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FERROUTE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match &cli.command {
+        Some(Command::CheckConfig { file }) => {
+            return match load(Some(file)) {
+                Ok(c) => {
+                    println!(
+                        "{}: ok ({} providers, {} connections, {} combos)",
+                        file.display(),
+                        c.providers.len(),
+                        c.connections.len(),
+                        c.combos.len()
+                    );
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e:#}");
+                    std::process::ExitCode::from(2)
+                }
+            };
+        }
+        Some(Command::EnvVars) => {
+            for (name, path) in ferroute_core::settings::env_names() {
+                println!("{name}\tresilience.{path}");
+            }
+            return std::process::ExitCode::SUCCESS;
+        }
+        None => {}
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ferroute: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut config = load(cli.config.as_ref())?;
+    if let Some(l) = cli.listen {
+        config.server.listen = l;
+    }
+    if let Some(d) = cli.data_dir {
+        config.server.data_dir = d.display().to_string();
+    }
+    let listen: std::net::SocketAddr = config
+        .server
+        .listen
+        .parse()
+        .with_context(|| format!("server.listen {:?} is not an address", config.server.listen))?;
+    if config.demo {
+        let addr = proxy::demo::start().await.context("cannot start the demo provider")?;
+        for p in &mut config.providers {
+            if p.base_url == demo::BASE_URL {
+                p.base_url = format!("http://{addr}/v1");
+            }
+        }
+        tracing::info!(upstream = %addr, "no provider configured: serving the built-in demo provider (models demo/echo, demo/flaky)");
+    }
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let data_dir = PathBuf::from(&config.server.data_dir);
+    let gw = build(config, https_connector(), Persistence::Dir(data_dir.clone()), system_wall_ms(), system_wall_ms())
+        .with_context(|| format!("cannot open the state store in {}", data_dir.display()))?;
+    tracing::info!(%listen, data_dir = %data_dir.display(), "ferroute listening");
+    serve_gateway(gw, listener, shutdown_signal()).await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}

@@ -1,0 +1,117 @@
+//! Prometheus metrics: requests by status and provider, upstream latency, breaker states,
+//! connection cooldowns, queue depths, and stream finalisations.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+/// The gateway's metrics.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<Labels, Counter>,
+    upstream_latency: Family<Labels, Histogram>,
+    breaker_state: Family<Labels, Gauge>,
+    connection_cooling: Family<Labels, Gauge>,
+    queue_depth: Family<Labels, Gauge>,
+    /// Stream finalisations (each stream finalises exactly once).
+    pub stream_finalizations: Counter,
+    /// Streams started.
+    pub streams_started: Counter,
+}
+
+fn histogram() -> Histogram {
+    // 5 ms … ~40 s.
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("ferroute");
+        let requests = Family::<Labels, Counter>::default();
+        let upstream_latency = Family::<Labels, Histogram>::new_with_constructor(histogram as fn() -> Histogram);
+        let breaker_state = Family::<Labels, Gauge>::default();
+        let connection_cooling = Family::<Labels, Gauge>::default();
+        let queue_depth = Family::<Labels, Gauge>::default();
+        let stream_finalizations = Counter::default();
+        let streams_started = Counter::default();
+        registry.register("requests", "Client requests by final status and provider", requests.clone());
+        registry.register("upstream_latency_seconds", "Time to upstream response headers", upstream_latency.clone());
+        registry.register(
+            "breaker_state",
+            "Provider breaker: 0 closed, 1 degraded, 2 half-open, 3 open",
+            breaker_state.clone(),
+        );
+        registry.register(
+            "connection_cooling",
+            "1 while a connection is cooling down or terminal",
+            connection_cooling.clone(),
+        );
+        registry.register("queue_depth", "Requests waiting in an admission queue", queue_depth.clone());
+        registry.register(
+            "stream_finalizations",
+            "Streams finalised (usage and permits released)",
+            stream_finalizations.clone(),
+        );
+        registry.register("streams_started", "Streams started", streams_started.clone());
+        Metrics {
+            registry,
+            requests,
+            upstream_latency,
+            breaker_state,
+            connection_cooling,
+            queue_depth,
+            stream_finalizations,
+            streams_started,
+        }
+    }
+
+    /// Counts one client response.
+    pub fn request(&self, status: u16, provider: &str) {
+        self.requests
+            .get_or_create(&vec![("status".into(), status.to_string()), ("provider".into(), provider.to_owned())])
+            .inc();
+    }
+
+    /// Records an upstream's time to headers.
+    pub fn upstream_latency(&self, provider: &str, seconds: f64) {
+        self.upstream_latency.get_or_create(&vec![("provider".into(), provider.to_owned())]).observe(seconds);
+    }
+
+    /// Sets a breaker gauge.
+    pub fn breaker(&self, provider: &str, value: i64) {
+        self.breaker_state.get_or_create(&vec![("provider".into(), provider.to_owned())]).set(value);
+    }
+
+    /// Sets a connection gauge.
+    pub fn cooling(&self, connection: &str, cooling: bool) {
+        self.connection_cooling
+            .get_or_create(&vec![("connection".into(), connection.to_owned())])
+            .set(i64::from(cooling));
+    }
+
+    /// Sets a queue gauge.
+    pub fn queue(&self, queue: &str, depth: usize) {
+        self.queue_depth.get_or_create(&vec![("queue".into(), queue.to_owned())]).set(depth as i64);
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

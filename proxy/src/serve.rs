@@ -1,0 +1,128 @@
+//! The accept loop and router, generic over the listener and the upstream connector so that
+//! production and simulation run the same service.
+
+use crate::admin;
+use crate::auth;
+use crate::config::Format;
+use crate::errors::Body;
+use crate::forward::forward;
+use crate::gateway::Gateway;
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::connect::Connect;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use scenarios::net::Listener;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Routes one request.
+pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
+    gw: Arc<Gateway<C>>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<Body> {
+    if let Err(e) = auth::check_peer(&gw.config, peer) {
+        return e.into_response();
+    }
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    match (path.as_str(), &method) {
+        ("/v1/chat/completions", &Method::POST) | ("/v1/messages", &Method::POST) => {
+            let anthropic = path == "/v1/messages";
+            match auth::client(&gw.config, req.headers(), anthropic) {
+                Ok(client) => {
+                    forward(gw, req, client, if anthropic { Format::Anthropic } else { Format::Openai }).await
+                }
+                Err(e) => e.into_response(),
+            }
+        }
+        ("/v1/chat/completions", _) | ("/v1/messages", _) => admin::method_not_allowed(&path, "POST"),
+        ("/v1/models", &Method::GET) => match auth::client(&gw.config, req.headers(), true) {
+            Ok(_) => admin::models(&gw),
+            Err(e) => e.into_response(),
+        },
+        ("/api/monitoring/health", &Method::GET) => admin::health(&gw),
+        ("/metrics", &Method::GET) => admin::metrics(&gw),
+        ("/api/resilience/reset", &Method::POST) => match auth::admin(&gw.config, req.headers()) {
+            Ok(()) => admin::reset(&gw),
+            Err(e) => e.into_response(),
+        },
+        ("/api/resilience/model-cooldowns", &Method::GET) => match auth::admin(&gw.config, req.headers()) {
+            Ok(()) => admin::list_lockouts(&gw),
+            Err(e) => e.into_response(),
+        },
+        ("/api/resilience/model-cooldowns", &Method::DELETE) => match auth::admin(&gw.config, req.headers()) {
+            Ok(()) => admin::clear_lockouts(gw, req).await,
+            Err(e) => e.into_response(),
+        },
+        ("/api/resilience/reset", _) => admin::method_not_allowed(&path, "POST"),
+        ("/api/resilience/model-cooldowns", _) => admin::method_not_allowed(&path, "GET, DELETE"),
+        ("/api/monitoring/health", _) | ("/metrics", _) | ("/v1/models", _) => admin::method_not_allowed(&path, "GET"),
+        _ => admin::not_found(&path),
+    }
+}
+
+/// Serves `gw` on `listener` until `shutdown` resolves; then stops accepting, lets in-flight
+/// requests finish within the grace period, and flushes state.
+pub async fn serve_gateway<L, C>(gw: Arc<Gateway<C>>, mut listener: L, shutdown: impl Future<Output = ()>)
+where
+    L: Listener,
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(30)).auto_date_header(false);
+    tokio::pin!(shutdown);
+    let sweeper = {
+        let gw = Arc::clone(&gw);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                gw.sweep();
+            }
+        })
+    };
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let (io, peer) = match accepted {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let gw = Arc::clone(&gw);
+                let svc = service_fn(move |req| {
+                    let gw = Arc::clone(&gw);
+                    async move { Ok::<_, Infallible>(route(gw, req, peer).await) }
+                });
+                let conn = builder.serve_connection(TokioIo::new(io), svc);
+                let watched = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = watched.await {
+                        tracing::debug!(error = %e, %peer, "connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+    tracing::info!("shutting down: no new connections; waiting for in-flight requests");
+    let grace = Duration::from_millis(gw.config.server.shutdown_grace_ms);
+    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+        tracing::warn!(
+            grace_ms = grace.as_millis() as u64,
+            "in-flight requests did not finish within the grace period"
+        );
+    }
+    sweeper.abort();
+    gw.flush();
+    tracing::info!("state flushed; stopped");
+}

@@ -1,0 +1,209 @@
+//! SQLite persistence (M20): breaker snapshots, connection states and the effective settings.
+//!
+//! WAL mode, every write in a transaction, so a crash mid-write leaves a consistent store and
+//! `kill -9` loses nothing already written. Snapshots carry times relative to when they were
+//! saved, with the wall-clock save time beside them, so a restart subtracts the downtime.
+//! Model lockouts stay in memory.
+
+use ferroute_core::breaker::BreakerSnapshot;
+use ferroute_core::connection::ConnectionSnapshot;
+use rusqlite::{Connection, params};
+use std::path::Path;
+use std::sync::Mutex;
+
+/// A store error, naming what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("state store: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The data directory could not be created.
+    #[error("state store: cannot create {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A stored snapshot did not decode.
+    #[error("state store: corrupt snapshot for {0}")]
+    Corrupt(String),
+}
+
+/// Everything loaded at start-up.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Breaker snapshots by provider, with the wall time they were saved.
+    pub breakers: Vec<(String, BreakerSnapshot, u64)>,
+    /// Connection snapshots by id, with the wall time they were saved.
+    pub connections: Vec<(String, ConnectionSnapshot, u64)>,
+}
+
+/// The store.
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS breakers (provider TEXT PRIMARY KEY, snapshot TEXT NOT NULL, saved_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS connections (id TEXT PRIMARY KEY, snapshot TEXT NOT NULL, saved_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL, saved_at_ms INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '1');
+";
+
+impl Store {
+    /// Opens (creating) `dir/state.db`.
+    pub fn open_dir(dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.display().to_string(), source })?;
+        let conn = Connection::open(dir.join("state.db"))?;
+        // WAL survives a killed process; NORMAL sync is durable against process crashes.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Self::init(conn)
+    }
+
+    /// An in-memory store (for tests and simulation).
+    pub fn in_memory() -> Result<Store, StoreError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<Store, StoreError> {
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store { conn: Mutex::new(conn) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves SQLite itself consistent (transactions), so a
+        // poisoned lock is still usable.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads every snapshot.
+    pub fn load(&self) -> Result<Loaded, StoreError> {
+        let conn = self.lock();
+        let mut out = Loaded::default();
+        let mut stmt = conn.prepare("SELECT provider, snapshot, saved_at_ms FROM breakers ORDER BY provider")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?;
+        for row in rows {
+            let (id, json, at) = row?;
+            let snap = serde_json::from_str(&json).map_err(|_| StoreError::Corrupt(format!("breaker {id}")))?;
+            out.breakers.push((id, snap, at.max(0) as u64));
+        }
+        let mut stmt = conn.prepare("SELECT id, snapshot, saved_at_ms FROM connections ORDER BY id")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?;
+        for row in rows {
+            let (id, json, at) = row?;
+            let snap = serde_json::from_str(&json).map_err(|_| StoreError::Corrupt(format!("connection {id}")))?;
+            out.connections.push((id, snap, at.max(0) as u64));
+        }
+        Ok(out)
+    }
+
+    /// Writes snapshots in one transaction.
+    pub fn save(
+        &self,
+        breakers: &[(String, BreakerSnapshot)],
+        connections: &[(String, ConnectionSnapshot)],
+        wall_ms: u64,
+    ) -> Result<(), StoreError> {
+        if breakers.is_empty() && connections.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        for (id, snap) in breakers {
+            let json = serde_json::to_string(snap).map_err(|_| StoreError::Corrupt(id.clone()))?;
+            tx.execute(
+                "INSERT INTO breakers (provider, snapshot, saved_at_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(provider) DO UPDATE SET snapshot = excluded.snapshot, saved_at_ms = excluded.saved_at_ms",
+                params![id, json, wall_ms as i64],
+            )?;
+        }
+        for (id, snap) in connections {
+            let json = serde_json::to_string(snap).map_err(|_| StoreError::Corrupt(id.clone()))?;
+            tx.execute(
+                "INSERT INTO connections (id, snapshot, saved_at_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(id) DO UPDATE SET snapshot = excluded.snapshot, saved_at_ms = excluded.saved_at_ms",
+                params![id, json, wall_ms as i64],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Records a settings document (the effective settings at start-up, for operators).
+    pub fn save_setting(&self, key: &str, value: &str, wall_ms: u64) -> Result<(), StoreError> {
+        let conn = self.lock();
+        conn.execute(
+            "INSERT INTO settings (key, value, saved_at_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value, saved_at_ms = excluded.saved_at_ms",
+            params![key, value, wall_ms as i64],
+        )?;
+        Ok(())
+    }
+
+    /// A stored settings document.
+    pub fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare("SELECT value FROM settings WHERE key = ?1")?;
+        let mut rows = stmt.query(params![key])?;
+        Ok(match rows.next()? {
+            Some(r) => Some(r.get(0)?),
+            None => None,
+        })
+    }
+
+    /// Forgets every breaker and connection snapshot (operator reset).
+    pub fn clear_breakers(&self) -> Result<(), StoreError> {
+        let conn = self.lock();
+        conn.execute("DELETE FROM breakers", [])?;
+        Ok(())
+    }
+}
+
+/// Ages a breaker snapshot by the time the process was down.
+pub fn age_breaker(mut s: BreakerSnapshot, down_ms: u64) -> BreakerSnapshot {
+    s.open_remaining_ms = s.open_remaining_ms.saturating_sub(down_ms);
+    if s.state == ferroute_core::breaker::BreakerState::Open && s.open_remaining_ms == 0 {
+        s.state = ferroute_core::breaker::BreakerState::HalfOpen;
+    }
+    s
+}
+
+/// Ages a connection snapshot by the time the process was down.
+pub fn age_connection(mut s: ConnectionSnapshot, down_ms: u64) -> ConnectionSnapshot {
+    s.cooldown_remaining_ms = s.cooldown_remaining_ms.saturating_sub(down_ms);
+    s.expired_retry_in_ms = s.expired_retry_in_ms.map(|m| m.saturating_sub(down_ms));
+    s.rejected_age_ms = s.rejected_age_ms.map(|m| m.saturating_add(down_ms));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroute_core::breaker::BreakerState;
+
+    #[test]
+    fn round_trip_and_ageing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open_dir(dir.path()).expect("open");
+        let b = BreakerSnapshot {
+            state: BreakerState::Open,
+            failure_count: 12,
+            open_cycle_count: 0,
+            open_remaining_ms: 20_000,
+        };
+        let c = ConnectionSnapshot { cooldown_remaining_ms: 5_000, backoff_level: 2, ..Default::default() };
+        store.save(&[("openai".into(), b.clone())], &[("k1".into(), c.clone())], 1_000).expect("save");
+        drop(store);
+        let store = Store::open_dir(dir.path()).expect("reopen");
+        let loaded = store.load().expect("load");
+        assert_eq!(loaded.breakers, vec![("openai".to_owned(), b.clone(), 1_000)]);
+        assert_eq!(loaded.connections[0].1, c);
+        let aged = age_breaker(b, 25_000);
+        assert_eq!((aged.state, aged.open_remaining_ms), (BreakerState::HalfOpen, 0));
+        assert_eq!(age_connection(c, 1_000).cooldown_remaining_ms, 4_000);
+    }
+}

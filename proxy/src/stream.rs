@@ -1,0 +1,227 @@
+//! SSE relay: chunks go to the client as they arrive (never buffered whole), the M10
+//! watchdog watches the live stream, and finalisation happens exactly once.
+
+use crate::config::Format;
+use crate::errors::Body;
+use crate::forward::{Attempt, SELECTED};
+use crate::gateway::Slot;
+use bytes::Bytes;
+use ferroute_core::engine::AttemptOutcome;
+use ferroute_core::watchdog::{STREAM_THROUGHPUT_TOO_LOW, Verdict, Watchdog, classify_sse};
+use http::{HeaderValue, Response};
+use http_body_util::{BodyExt, channel::Channel};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::Connect;
+use std::io;
+
+/// How a stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The upstream finished.
+    Completed,
+    /// The upstream broke off mid-stream (provider-level failure).
+    UpstreamBroke,
+    /// The watchdog aborted a too-slow stream (provider-level failure).
+    TooSlow,
+    /// The client went away: says nothing about the upstream.
+    ClientGone,
+}
+
+/// Usage accounting and permit release for one stream, exactly once: by `finish`, or by
+/// `Drop` if the relay task is cancelled.
+pub struct Finalizer<C: Connect + Clone + Send + Sync + 'static> {
+    attempt: Attempt<C>,
+    slots: Vec<Slot<C>>,
+    done: bool,
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> Finalizer<C> {
+    /// Takes over an attempt whose response is streaming.
+    pub fn new(attempt: Attempt<C>, slots: Vec<Slot<C>>) -> Self {
+        attempt.gw.metrics.streams_started.inc();
+        Finalizer { attempt, slots, done: false }
+    }
+
+    /// Records the outcome and releases the permits.
+    pub fn finish(mut self, end: StreamEnd) {
+        self.finalize(end);
+    }
+
+    fn finalize(&mut self, end: StreamEnd) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let outcome = match end {
+            StreamEnd::Completed => AttemptOutcome::Success,
+            StreamEnd::UpstreamBroke => AttemptOutcome::Transport,
+            StreamEnd::TooSlow => AttemptOutcome::TooSlow,
+            StreamEnd::ClientGone => AttemptOutcome::Neutral,
+        };
+        self.attempt.record(outcome);
+        self.slots.clear();
+        self.attempt.gw.metrics.stream_finalizations.inc();
+        let (p, c) = self.attempt.gw.parts(&self.attempt.target);
+        tracing::debug!(provider = %p.id, connection = %c.id, ?end, "stream finalised");
+    }
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> Drop for Finalizer<C> {
+    fn drop(&mut self) {
+        self.finalize(StreamEnd::ClientGone);
+    }
+}
+
+/// Splits a byte stream into SSE events (`event:` name, joined `data:`).
+#[derive(Default)]
+pub struct SseSplitter {
+    buf: Vec<u8>,
+}
+
+/// A pending event larger than this is dropped from the watchdog's view (the bytes still
+/// reach the client).
+const MAX_PENDING: usize = 1 << 20;
+
+impl SseSplitter {
+    /// Feeds bytes; returns the events completed by them.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<(Option<String>, String)> {
+        self.buf.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        loop {
+            let lf = find(&self.buf, b"\n\n").map(|i| (i, 2));
+            let crlf = find(&self.buf, b"\r\n\r\n").map(|i| (i, 4));
+            let Some((end, len)) = [lf, crlf].into_iter().flatten().min_by_key(|(i, _)| *i) else { break };
+            let raw: Vec<u8> = self.buf.drain(..end + len).collect();
+            let text = String::from_utf8_lossy(&raw[..end]);
+            let mut name = None;
+            let mut data = Vec::new();
+            for line in text.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    name = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push(v.strip_prefix(' ').unwrap_or(v).to_owned());
+                }
+            }
+            if name.is_some() || !data.is_empty() {
+                out.push((name, data.join("\n")));
+            }
+        }
+        if self.buf.len() > MAX_PENDING {
+            self.buf.clear();
+        }
+        out
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn error_event(format: Format, code: &str, message: &str) -> Bytes {
+    let s = match format {
+        Format::Openai => format!(
+            "data: {}\n\n",
+            serde_json::json!({"error": {"message": message, "type": "server_error", "code": code}})
+        ),
+        Format::Anthropic => format!(
+            "event: error\ndata: {}\n\n",
+            serde_json::json!({"type": "error", "error": {"type": "api_error", "message": message, "code": code}})
+        ),
+    };
+    Bytes::from(s)
+}
+
+/// Starts relaying `resp` to the client; returns the client's response at once.
+pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
+    fin: Finalizer<C>,
+    resp: Response<Incoming>,
+    format: Format,
+    connection: String,
+) -> Response<Body> {
+    let (tx, body) = Channel::<Bytes, io::Error>::new(16);
+    let status = resp.status();
+    let upstream = resp.into_body();
+    tokio::spawn(pump(fin, upstream, tx, format));
+    let mut out = Response::new(body.boxed());
+    *out.status_mut() = status;
+    let h = out.headers_mut();
+    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(v) = HeaderValue::from_str(&connection) {
+        h.insert(SELECTED, v);
+    }
+    out
+}
+
+async fn pump<C: Connect + Clone + Send + Sync + 'static>(
+    fin: Finalizer<C>,
+    mut upstream: Incoming,
+    mut tx: http_body_util::channel::Sender<Bytes, io::Error>,
+    format: Format,
+) {
+    let gw = std::sync::Arc::clone(&fin.attempt.gw);
+    let cfg = gw.config.resilience.watchdog_config();
+    let mut watchdog = Watchdog::new(cfg, gw.clock.now());
+    let mut splitter = SseSplitter::default();
+    let end = loop {
+        let deadline = watchdog.poll_timeout();
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            frame = upstream.frame() => match frame {
+                None => break StreamEnd::Completed,
+                Some(Err(e)) => {
+                    let _ = tx.send_data(error_event(format, "upstream_stream_error", &format!("the upstream stream broke off: {e}"))).await;
+                    break StreamEnd::UpstreamBroke;
+                }
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else { continue };
+                    let mut abort = false;
+                    for (name, payload) in splitter.push(&data) {
+                        if let Verdict::Abort { .. } = watchdog.observe(gw.clock.now(), classify_sse(name.as_deref(), &payload)) {
+                            abort = true;
+                        }
+                    }
+                    if tx.send_data(data).await.is_err() {
+                        break StreamEnd::ClientGone;
+                    }
+                    if abort {
+                        let _ = tx.send_data(error_event(format, STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted")).await;
+                        break StreamEnd::TooSlow;
+                    }
+                }
+            },
+            () = sleep => {
+                if let Verdict::Abort { .. } = watchdog.check(gw.clock.now()) {
+                    let _ = tx.send_data(error_event(format, STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted")).await;
+                    break StreamEnd::TooSlow;
+                }
+            }
+        }
+    };
+    fin.finish(end);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_events_across_chunks() {
+        let mut s = SseSplitter::default();
+        assert!(s.push(b"data: {\"a\":").is_empty());
+        let ev = s.push(b"1}\n\nevent: ping\ndata: {}\r\n\r\ndata: [DONE]\n\n");
+        assert_eq!(
+            ev,
+            vec![
+                (None, "{\"a\":1}".to_owned()),
+                (Some("ping".to_owned()), "{}".to_owned()),
+                (None, "[DONE]".to_owned())
+            ]
+        );
+    }
+}

@@ -1,0 +1,14 @@
+//! Ferroute's one fault vocabulary.
+//!
+//! A [`Script`] says how an upstream behaves, call by call or by the clock: answer with a
+//! status, headers and body after some latency; stream SSE events on a timeline; echo the
+//! request; reset the connection before or during the response; accept and never answer. The
+//! [`ScriptedUpstream`] is a hyper service that plays scripts, so the demo provider, the
+//! simulation and the chaos suite all inject faults the same way.
+
+pub mod net;
+pub mod script;
+pub mod upstream;
+
+pub use script::{Behaviour, Mode, Script, SseEvent, Window};
+pub use upstream::{ScriptedUpstream, serve_upstream};

@@ -1,0 +1,255 @@
+//! Scripts: what an upstream does, per call or by the clock.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One SSE event on a stream's timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SseEvent {
+    /// Delay before this event, after the previous one (ms).
+    #[serde(default)]
+    pub after_ms: u64,
+    /// The `event:` name, if any.
+    #[serde(default)]
+    pub event: Option<String>,
+    /// The `data:` payload.
+    pub data: String,
+}
+
+impl SseEvent {
+    /// A Chat Completions text delta.
+    pub fn text(after_ms: u64, text: &str) -> Self {
+        let data = serde_json::json!({
+            "id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": "scripted",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]
+        });
+        SseEvent { after_ms, event: None, data: data.to_string() }
+    }
+
+    /// A keep-alive comment-like heartbeat (an empty-delta chunk).
+    pub fn heartbeat(after_ms: u64) -> Self {
+        let data = serde_json::json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "choices": []});
+        SseEvent { after_ms, event: None, data: data.to_string() }
+    }
+
+    /// A tool-call delta.
+    pub fn tool_call(after_ms: u64) -> Self {
+        let data = serde_json::json!({
+            "id": "chatcmpl-scripted", "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}}]
+        });
+        SseEvent { after_ms, event: None, data: data.to_string() }
+    }
+
+    /// A usage-only chunk.
+    pub fn usage(after_ms: u64) -> Self {
+        let data = serde_json::json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "choices": [],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}});
+        SseEvent { after_ms, event: None, data: data.to_string() }
+    }
+
+    /// The final `[DONE]`.
+    pub fn done(after_ms: u64) -> Self {
+        SseEvent { after_ms, event: None, data: "[DONE]".into() }
+    }
+}
+
+/// One behaviour for one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Behaviour {
+    /// Answer with a status, headers and body after `latency_ms`.
+    Respond {
+        /// HTTP status.
+        status: u16,
+        /// Extra headers.
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+        /// Body text (JSON or not).
+        #[serde(default)]
+        body: String,
+        /// Delay before the headers.
+        #[serde(default)]
+        latency_ms: u64,
+    },
+    /// A 200 completion echoing the last user message (streamed word by word when the request
+    /// asks for a stream, `chunk_ms` apart).
+    Echo {
+        /// Delay before the headers.
+        #[serde(default)]
+        latency_ms: u64,
+        /// Delay between streamed words.
+        #[serde(default)]
+        chunk_ms: u64,
+    },
+    /// A 200 SSE stream playing `events`.
+    Stream {
+        /// Delay before the headers.
+        #[serde(default)]
+        latency_ms: u64,
+        /// The timeline.
+        events: Vec<SseEvent>,
+        /// Break the connection after the events instead of ending cleanly.
+        #[serde(default)]
+        reset_after: bool,
+    },
+    /// One character of `text` every `chunk_ms` as a stream.
+    SlowDrip {
+        /// The text.
+        text: String,
+        /// Gap between characters.
+        chunk_ms: u64,
+    },
+    /// Break the connection before any response.
+    Reset {
+        /// Delay before breaking it.
+        #[serde(default)]
+        latency_ms: u64,
+    },
+    /// Accept the request and never answer.
+    Stall,
+}
+
+impl Behaviour {
+    /// A plain JSON error response.
+    pub fn status(status: u16, body: &str) -> Self {
+        Behaviour::Respond { status, headers: BTreeMap::new(), body: body.to_owned(), latency_ms: 0 }
+    }
+
+    /// The same with headers.
+    pub fn status_with(status: u16, headers: &[(&str, &str)], body: &str) -> Self {
+        Behaviour::Respond {
+            status,
+            headers: headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            body: body.to_owned(),
+            latency_ms: 0,
+        }
+    }
+
+    /// An echo without delays.
+    pub fn echo() -> Self {
+        Behaviour::Echo { latency_ms: 0, chunk_ms: 0 }
+    }
+}
+
+/// A time window of a scheduled script.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Window {
+    /// Start of the window within the period (ms).
+    pub from_ms: u64,
+    /// End of the window within the period (ms, exclusive).
+    pub to_ms: u64,
+    /// What calls inside the window get.
+    pub behaviour: Behaviour,
+}
+
+/// How a script picks the behaviour of a call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Mode {
+    /// Call `n` gets step `n`; the last step repeats.
+    Sequence {
+        /// The steps.
+        steps: Vec<Behaviour>,
+    },
+    /// Call `n` gets step `n mod len`.
+    Cycle {
+        /// The steps.
+        steps: Vec<Behaviour>,
+    },
+    /// By the upstream's clock: the window containing `elapsed mod period_ms`, else `otherwise`.
+    Schedule {
+        /// The period.
+        period_ms: u64,
+        /// The windows.
+        windows: Vec<Window>,
+        /// Outside every window.
+        otherwise: Box<Behaviour>,
+    },
+}
+
+/// What one upstream route does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Script(pub Mode);
+
+impl Script {
+    /// Always the same behaviour.
+    pub fn always(b: Behaviour) -> Self {
+        Script(Mode::Sequence { steps: vec![b] })
+    }
+
+    /// These behaviours in order; the last one repeats.
+    pub fn sequence(steps: Vec<Behaviour>) -> Self {
+        Script(Mode::Sequence { steps })
+    }
+
+    /// The behaviour of call number `call` (0-based) at `elapsed_ms` since the upstream started.
+    pub fn pick(&self, call: u64, elapsed_ms: u64) -> Behaviour {
+        let fallback = || Behaviour::status(500, r#"{"error":{"message":"empty script"}}"#);
+        match &self.0 {
+            Mode::Sequence { steps } => {
+                steps.get(call as usize).or_else(|| steps.last()).cloned().unwrap_or_else(fallback)
+            }
+            Mode::Cycle { steps } if !steps.is_empty() => steps[(call % steps.len() as u64) as usize].clone(),
+            Mode::Cycle { .. } => fallback(),
+            Mode::Schedule { period_ms, windows, otherwise } => {
+                let t = elapsed_ms % (*period_ms).max(1);
+                windows
+                    .iter()
+                    .find(|w| w.from_ms <= t && t < w.to_ms)
+                    .map(|w| w.behaviour.clone())
+                    .unwrap_or_else(|| (**otherwise).clone())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_repeats_last_and_cycle_wraps() {
+        let s = Script::sequence(vec![Behaviour::status(503, ""), Behaviour::echo()]);
+        assert_eq!(s.pick(0, 0), Behaviour::status(503, ""));
+        assert_eq!(s.pick(5, 0), Behaviour::echo());
+        let c = Script(Mode::Cycle { steps: vec![Behaviour::status(503, ""), Behaviour::echo()] });
+        assert_eq!(c.pick(2, 0), Behaviour::status(503, ""));
+        assert_eq!(c.pick(3, 0), Behaviour::echo());
+    }
+
+    #[test]
+    fn schedule_by_clock() {
+        let s = Script(Mode::Schedule {
+            period_ms: 60_000,
+            windows: vec![Window { from_ms: 0, to_ms: 20_000, behaviour: Behaviour::status(503, "") }],
+            otherwise: Box::new(Behaviour::echo()),
+        });
+        assert_eq!(s.pick(0, 19_999), Behaviour::status(503, ""));
+        assert_eq!(s.pick(0, 20_000), Behaviour::echo());
+        assert_eq!(s.pick(0, 60_500), Behaviour::status(503, ""));
+    }
+
+    #[test]
+    fn scripts_are_data() {
+        let s: Script = toml::from_str(
+            r#"
+mode = "sequence"
+[[steps]]
+kind = "respond"
+status = 429
+body = "slow down"
+headers = { "retry-after" = "3" }
+[[steps]]
+kind = "stream"
+events = [{ after_ms = 10, data = "[DONE]" }]
+"#,
+        )
+        .expect("parses");
+        assert!(matches!(s.pick(0, 0), Behaviour::Respond { status: 429, .. }));
+        assert!(matches!(s.pick(1, 0), Behaviour::Stream { .. }));
+    }
+}

@@ -1,0 +1,295 @@
+//! The scripted upstream: a hyper service that plays a [`Script`] per model.
+
+use crate::net::Listener;
+use crate::script::{Behaviour, Script, SseEvent};
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, channel::Channel};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The response body type of the scripted upstream.
+pub type UpBody = BoxBody<Bytes, io::Error>;
+
+/// One request the upstream received (for assertions).
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// Request path.
+    pub path: String,
+    /// The `model` field of the JSON body.
+    pub model: String,
+    /// Request headers, lower-cased names.
+    pub headers: BTreeMap<String, String>,
+    /// The raw body.
+    pub body: String,
+}
+
+/// Scripts by model name (`*` for any other), a call counter per model, and a request log.
+pub struct ScriptedUpstream {
+    routes: BTreeMap<String, Script>,
+    calls: Mutex<BTreeMap<String, u64>>,
+    log: Mutex<Vec<Recorded>>,
+    started: tokio::time::Instant,
+}
+
+/// Requests kept in the log; older ones are dropped first.
+const LOG_CAP: usize = 10_000;
+/// Largest request body read.
+const MAX_REQUEST: usize = 16 * 1024 * 1024;
+
+impl ScriptedUpstream {
+    /// An upstream with no routes (every call gets a 404) whose clock starts now.
+    pub fn new() -> Self {
+        ScriptedUpstream {
+            routes: BTreeMap::new(),
+            calls: Mutex::new(BTreeMap::new()),
+            log: Mutex::new(Vec::new()),
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Plays `script` for requests whose `model` is `model` (`*` matches any other).
+    pub fn route(mut self, model: &str, script: Script) -> Self {
+        self.routes.insert(model.to_owned(), script);
+        self
+    }
+
+    /// Calls received for `model`.
+    pub fn calls(&self, model: &str) -> u64 {
+        self.calls.lock().map(|c| c.get(model).copied().unwrap_or(0)).unwrap_or(0)
+    }
+
+    /// Calls received in all.
+    pub fn total_calls(&self) -> u64 {
+        self.calls.lock().map(|c| c.values().sum()).unwrap_or(0)
+    }
+
+    /// The requests received, oldest first.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Serves one request.
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<UpBody>, io::Error> {
+        let path = req.uri().path().to_owned();
+        let headers: BTreeMap<String, String> =
+            req.headers().iter().map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned())).collect();
+        let body = http_body_util::Limited::new(req.into_body(), MAX_REQUEST)
+            .collect()
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?
+            .to_bytes();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        let model = json.get("model").and_then(|m| m.as_str()).unwrap_or("").to_owned();
+        let stream = json.get("stream").and_then(|s| s.as_bool()).unwrap_or(false);
+        let call = {
+            let mut calls = self.calls.lock().map_err(|_| io::Error::other("poisoned"))?;
+            let n = calls.entry(model.clone()).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        if let Ok(mut log) = self.log.lock() {
+            if log.len() >= LOG_CAP {
+                log.remove(0);
+            }
+            log.push(Recorded {
+                path: path.clone(),
+                model: model.clone(),
+                headers,
+                body: String::from_utf8_lossy(&body).into_owned(),
+            });
+        }
+        let Some(script) = self.routes.get(&model).or_else(|| self.routes.get("*")) else {
+            let msg = format!(
+                r#"{{"error":{{"message":"model {model} is not scripted","type":"invalid_request_error","code":"model_not_found"}}}}"#
+            );
+            return Ok(full(404, &BTreeMap::new(), msg));
+        };
+        let elapsed = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let anthropic = path.ends_with("/messages");
+        play(script.pick(call, elapsed), &json, stream, anthropic).await
+    }
+}
+
+impl Default for ScriptedUpstream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn full(status: u16, headers: &BTreeMap<String, String>, body: String) -> Response<UpBody> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = resp.headers_mut();
+    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for (k, v) in headers {
+        if let (Ok(k), Ok(v)) = (http::HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+            h.insert(k, v);
+        }
+    }
+    resp
+}
+
+fn sse_response(events: Vec<SseEvent>, reset_after: bool) -> Response<UpBody> {
+    let (mut tx, body) = Channel::<Bytes, io::Error>::new(4);
+    tokio::spawn(async move {
+        for e in events {
+            if e.after_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(e.after_ms)).await;
+            }
+            let mut frame = String::new();
+            if let Some(name) = &e.event {
+                frame.push_str(&format!("event: {name}\n"));
+            }
+            frame.push_str(&format!("data: {}\n\n", e.data));
+            if tx.send_data(Bytes::from(frame)).await.is_err() {
+                return; // the client went away
+            }
+        }
+        if reset_after {
+            tx.abort(io::Error::new(io::ErrorKind::ConnectionReset, "scripted reset mid-stream"));
+        }
+    });
+    let mut resp = Response::new(body.boxed());
+    let h = resp.headers_mut();
+    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// The text of the last user message (string content or text parts).
+fn last_user_text(json: &serde_json::Value) -> String {
+    let Some(messages) = json.get("messages").and_then(|m| m.as_array()) else { return String::new() };
+    let Some(m) = messages.iter().rev().find(|m| m.get("role").and_then(|r| r.as_str()) == Some("user")) else {
+        return String::new();
+    };
+    match m.get("content") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(|t| t.as_str())).collect::<Vec<_>>().join(" ")
+        }
+        _ => String::new(),
+    }
+}
+
+fn echo_events(text: &str, model: &str, chunk_ms: u64, anthropic: bool) -> Vec<SseEvent> {
+    let words: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+    let mut events = Vec::new();
+    if anthropic {
+        let ev = |name: &str, data: serde_json::Value| SseEvent {
+            after_ms: 0,
+            event: Some(name.into()),
+            data: data.to_string(),
+        };
+        events.push(ev("message_start", serde_json::json!({"type":"message_start","message":{"id":"msg_echo","type":"message","role":"assistant","model":model,"content":[],"usage":{"input_tokens":1,"output_tokens":0}}})));
+        events.push(ev(
+            "content_block_start",
+            serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ));
+        for w in &words {
+            let mut e = ev(
+                "content_block_delta",
+                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":w}}),
+            );
+            e.after_ms = chunk_ms;
+            events.push(e);
+        }
+        events.push(ev("content_block_stop", serde_json::json!({"type":"content_block_stop","index":0})));
+        events.push(ev("message_delta", serde_json::json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":words.len()}})));
+        events.push(ev("message_stop", serde_json::json!({"type":"message_stop"})));
+    } else {
+        for w in &words {
+            let mut e = SseEvent::text(chunk_ms, w);
+            e.data = e.data.replace("\"scripted\"", &serde_json::Value::from(model).to_string());
+            events.push(e);
+        }
+        events.push(SseEvent::usage(0));
+        events.push(SseEvent::done(0));
+    }
+    events
+}
+
+fn echo_json(text: &str, model: &str, anthropic: bool) -> String {
+    let words = text.split_whitespace().count();
+    if anthropic {
+        serde_json::json!({"id":"msg_echo","type":"message","role":"assistant","model":model,
+            "content":[{"type":"text","text":text}],"stop_reason":"end_turn",
+            "usage":{"input_tokens":words,"output_tokens":words}})
+        .to_string()
+    } else {
+        serde_json::json!({"id":"chatcmpl-echo","object":"chat.completion","created":0,"model":model,
+            "choices":[{"index":0,"message":{"role":"assistant","content":text},"finish_reason":"stop"}],
+            "usage":{"prompt_tokens":words,"completion_tokens":words,"total_tokens":words * 2}})
+        .to_string()
+    }
+}
+
+async fn play(
+    b: Behaviour,
+    json: &serde_json::Value,
+    stream: bool,
+    anthropic: bool,
+) -> Result<Response<UpBody>, io::Error> {
+    let sleep = |ms: u64| async move {
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+    };
+    let model = json.get("model").and_then(|m| m.as_str()).unwrap_or("").to_owned();
+    match b {
+        Behaviour::Respond { status, headers, body, latency_ms } => {
+            sleep(latency_ms).await;
+            Ok(full(status, &headers, body))
+        }
+        Behaviour::Echo { latency_ms, chunk_ms } => {
+            sleep(latency_ms).await;
+            let text = last_user_text(json);
+            if stream {
+                Ok(sse_response(echo_events(&text, &model, chunk_ms, anthropic), false))
+            } else {
+                Ok(full(200, &BTreeMap::new(), echo_json(&text, &model, anthropic)))
+            }
+        }
+        Behaviour::Stream { latency_ms, events, reset_after } => {
+            sleep(latency_ms).await;
+            Ok(sse_response(events, reset_after))
+        }
+        Behaviour::SlowDrip { text, chunk_ms } => {
+            let mut events: Vec<SseEvent> = text.chars().map(|c| SseEvent::text(chunk_ms, &c.to_string())).collect();
+            events.push(SseEvent::done(chunk_ms));
+            Ok(sse_response(events, false))
+        }
+        Behaviour::Reset { latency_ms } => {
+            sleep(latency_ms).await;
+            Err(io::Error::new(io::ErrorKind::ConnectionReset, "scripted reset before the response"))
+        }
+        Behaviour::Stall => {
+            std::future::pending::<()>().await;
+            Err(io::Error::other("unreachable"))
+        }
+    }
+}
+
+/// Serves `upstream` on `listener` until the task is dropped.
+pub async fn serve_upstream<L: Listener>(mut listener: L, upstream: Arc<ScriptedUpstream>) {
+    loop {
+        let Ok((io, _peer)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let up = Arc::clone(&upstream);
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| Arc::clone(&up).handle(req));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .auto_date_header(false)
+                .serve_connection(TokioIo::new(io), svc)
+                .await;
+        });
+    }
+}
