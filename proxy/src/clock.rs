@@ -23,6 +23,11 @@ impl Clock {
         Clock { start: now(), wall_start_ms }
     }
 
+    /// The instant the clock was anchored.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
     /// The current instant.
     pub fn now(&self) -> Instant {
         now()

@@ -425,6 +425,7 @@ async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         }
     };
     let started = gw.clock.now();
+    gw.observe(started, crate::gateway::Observed::Dispatch { provider: &provider.id, connection: &connection.id });
     let start_timeout = provider.start_timeout_ms.map(Duration::from_millis);
     let budget = match start_timeout {
         Some(s) => s.min(limits.execution_max_wait),

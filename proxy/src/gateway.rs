@@ -46,6 +46,27 @@ pub struct Plan {
     pub key: String,
 }
 
+/// Something the gateway did, as an observer (the simulation's checkers) sees it.
+#[derive(Debug)]
+pub enum Observed<'a> {
+    /// A state change in the core.
+    Core(&'a Event),
+    /// A request is about to be sent to this provider and connection.
+    Dispatch {
+        /// Provider id.
+        provider: &'a str,
+        /// Connection id.
+        connection: &'a str,
+    },
+    /// A stream relay started.
+    StreamStarted,
+    /// A stream relay finalised (must happen exactly once per stream).
+    StreamFinalized,
+}
+
+/// An observer of the gateway; called synchronously, never with a lock held.
+pub type Tap = Box<dyn Fn(Instant, Observed<'_>) + Send + Sync>;
+
 struct QueueEntry {
     queue: AdmissionQueue,
     wakers: BTreeMap<u64, oneshot::Sender<()>>,
@@ -67,6 +88,7 @@ pub struct Gateway<C> {
     pub client: UpstreamClient<C>,
     /// Resolved base URLs by provider index.
     pub base_urls: Vec<String>,
+    tap: Option<Tap>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -83,6 +105,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         store: Option<Store>,
         clock: Clock,
         seed: u64,
+        tap: Option<Tap>,
     ) -> Result<Self, StoreError> {
         let client = HyperClient::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
@@ -99,6 +122,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             clock,
             client,
             base_urls,
+            tap,
         };
         gw.restore()?;
         Ok(gw)
@@ -169,11 +193,19 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         });
         for ev in &events {
             log_event(ev, &self.clock);
+            self.observe(now, Observed::Core(ev));
         }
         if let Some(store) = &self.store
             && let Err(e) = store.save(&breakers, &connections, self.clock.wall_ms(now))
         {
             tracing::error!(error = %e, "could not persist resilience state");
+        }
+    }
+
+    /// Tells the observer, if any.
+    pub fn observe(&self, now: Instant, what: Observed<'_>) {
+        if let Some(tap) = &self.tap {
+            tap(now, what);
         }
     }
 
@@ -294,6 +326,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         };
         let mut cancel = CancelWait { gw: Arc::clone(self), key: key.to_owned(), waiter, armed: true };
         let woken = tokio::select! {
+            biased;
             r = rx => r.is_ok(),
             () = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => false,
         };

@@ -53,11 +53,23 @@ pub fn build<C: Connect + Clone + Send + Sync + 'static>(
     wall_start_ms: u64,
     seed: u64,
 ) -> anyhow::Result<Arc<Gateway<C>>> {
+    build_observed(config, connector, persistence, wall_start_ms, seed, None)
+}
+
+/// Builds the gateway with an observer of everything it does (used by the simulation).
+pub fn build_observed<C: Connect + Clone + Send + Sync + 'static>(
+    config: Config,
+    connector: C,
+    persistence: Persistence,
+    wall_start_ms: u64,
+    seed: u64,
+    tap: Option<gateway::Tap>,
+) -> anyhow::Result<Arc<Gateway<C>>> {
     let store = match persistence {
         Persistence::Dir(dir) => Store::open_dir(&dir)?,
         Persistence::Memory => Store::in_memory()?,
     };
-    Ok(Arc::new(Gateway::new(config, connector, Some(store), Clock::anchored(wall_start_ms), seed)?))
+    Ok(Arc::new(Gateway::new(config, connector, Some(store), Clock::anchored(wall_start_ms), seed, tap)?))
 }
 
 /// Serves the gateway on `listener` until `opts.shutdown` resolves.

@@ -89,6 +89,7 @@ where
     };
     loop {
         tokio::select! {
+            biased;
             () = &mut shutdown => break,
             accepted = listener.accept() => {
                 let (io, peer) = match accepted {

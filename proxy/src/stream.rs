@@ -39,6 +39,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Finalizer<C> {
     /// Takes over an attempt whose response is streaming.
     pub fn new(attempt: Attempt<C>, slots: Vec<Slot<C>>) -> Self {
         attempt.gw.metrics.streams_started.inc();
+        attempt.gw.observe(attempt.gw.clock.now(), crate::gateway::Observed::StreamStarted);
         Finalizer { attempt, slots, done: false }
     }
 
@@ -61,6 +62,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Finalizer<C> {
         self.attempt.record(outcome);
         self.slots.clear();
         self.attempt.gw.metrics.stream_finalizations.inc();
+        self.attempt.gw.observe(self.attempt.gw.clock.now(), crate::gateway::Observed::StreamFinalized);
         let (p, c) = self.attempt.gw.parts(&self.attempt.target);
         tracing::debug!(provider = %p.id, connection = %c.id, ?end, "stream finalised");
     }
@@ -172,6 +174,7 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
             }
         };
         tokio::select! {
+            biased;
             frame = upstream.frame() => match frame {
                 None => break StreamEnd::Completed,
                 Some(Err(e)) => {
