@@ -7,8 +7,10 @@
 //! simulation and the chaos suite all inject faults the same way.
 
 pub mod net;
+pub mod scenario;
 pub mod script;
 pub mod upstream;
 
+pub use scenario::{Scenario, load_catalog};
 pub use script::{Behaviour, Mode, Script, SseEvent, Window};
 pub use upstream::{ScriptedUpstream, serve_upstream};

@@ -1,1 +1,24 @@
-//! sim
+//! Ferroute's deterministic simulation.
+//!
+//! The real gateway (`proxy::serve`) runs in a turmoil host over simulated sockets; scripted
+//! upstream hosts play faults; client hosts send the scenario's workload. Checkers run as
+//! every event arrives and at every step; a run is replayable from its seed.
+
+pub mod check;
+pub mod net;
+pub mod report;
+pub mod svg;
+pub mod swarm;
+pub mod world;
+
+pub use world::{RunResult, run};
+
+/// Seeds per scenario in `cargo test -p sim` (override with `SIM_SEEDS`).
+pub const DEFAULT_SEEDS: u64 = 3;
+
+/// The seeds to sweep: `SIM_SEEDS` of them, starting at `SIM_SEED_START` (default 1).
+pub fn seeds_from_env() -> std::ops::Range<u64> {
+    let n = std::env::var("SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_SEEDS);
+    let start = std::env::var("SIM_SEED_START").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    start..start + n
+}

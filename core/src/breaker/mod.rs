@@ -84,6 +84,8 @@ pub struct BreakerEvent {
     pub to: BreakerState,
     /// Why.
     pub reason: TransitionReason,
+    /// When an `Open` breaker will admit a probe (only for transitions to `Open`).
+    pub open_until: Option<Instant>,
 }
 
 /// Thresholds and timeouts of one breaker (one provider class's values).
@@ -474,7 +476,8 @@ impl Breaker {
         if self.events.len() >= EVENT_CAP {
             self.events.pop_front();
         }
-        self.events.push_back(BreakerEvent { from, to, reason });
+        let open_until = if to == BreakerState::Open { self.open_until } else { None };
+        self.events.push_back(BreakerEvent { from, to, reason, open_until });
     }
 }
 

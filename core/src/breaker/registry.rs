@@ -20,6 +20,8 @@ pub struct BreakerTransition {
     pub to: BreakerState,
     /// Why.
     pub reason: TransitionReason,
+    /// When an `Open` breaker will admit a probe (only for transitions to `Open`).
+    pub open_until: Option<Instant>,
 }
 
 /// The default registry cap.
@@ -113,6 +115,7 @@ impl BreakerRegistry {
                     from: e.from,
                     to: e.to,
                     reason: e.reason,
+                    open_until: e.open_until,
                 });
             }
         }

@@ -1,0 +1,308 @@
+//! The scenario schema: upstream scripts, a workload, network faults, and expectations with
+//! times. Scenarios are data (TOML under `scenarios/catalog/`); the simulation runs them.
+
+use crate::script::Script;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One scenario.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Name (defaults to the file stem).
+    #[serde(default)]
+    pub name: String,
+    /// What it shows.
+    pub description: String,
+    /// Mechanisms it covers (`M1`, `M3`, …).
+    #[serde(default)]
+    pub mechanisms: Vec<String>,
+    /// Simulated time allowed before unfinished requests count as hung.
+    #[serde(default = "default_duration")]
+    pub duration_ms: u64,
+    /// Simulation tick.
+    #[serde(default = "default_tick")]
+    pub tick_ms: u64,
+    /// Network message latency range.
+    #[serde(default)]
+    pub latency_ms: Option<[u64; 2]>,
+    /// The gateway's config (TOML); upstreams are reached as `http://HOST:9000/v1`.
+    pub gateway: String,
+    /// Scripted upstream hosts.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamSpec>,
+    /// Client requests.
+    #[serde(default)]
+    pub workload: Vec<Workload>,
+    /// Network faults.
+    #[serde(default)]
+    pub faults: Vec<Fault>,
+    /// What must hold.
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+fn default_duration() -> u64 {
+    300_000
+}
+
+fn default_tick() -> u64 {
+    5
+}
+
+/// One scripted upstream host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSpec {
+    /// Host name (`http://HOST:9000/v1`).
+    pub host: String,
+    /// Scripts by model (`*` for any other).
+    pub routes: BTreeMap<String, Script>,
+}
+
+/// A group of requests from one client host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Client host name.
+    #[serde(default = "default_client")]
+    pub client: String,
+    /// First request.
+    #[serde(default)]
+    pub start_ms: u64,
+    /// Gap between requests (0: all at once).
+    #[serde(default)]
+    pub every_ms: u64,
+    /// Number of requests.
+    #[serde(default = "one")]
+    pub count: u64,
+    /// The `model` asked for.
+    pub model: String,
+    /// Whether to stream.
+    #[serde(default)]
+    pub stream: bool,
+    /// `/v1/messages` instead of chat completions.
+    #[serde(default)]
+    pub anthropic: bool,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+fn default_client() -> String {
+    "client".into()
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// A network fault at a simulated time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// When.
+    pub at_ms: u64,
+    /// What.
+    pub action: FaultAction,
+    /// One side.
+    pub a: String,
+    /// The other side.
+    pub b: String,
+}
+
+/// Network fault kinds (turmoil's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultAction {
+    /// Drop messages between `a` and `b`.
+    Partition,
+    /// Undo a partition.
+    Repair,
+    /// Hold messages until released.
+    Hold,
+    /// Deliver held messages.
+    Release,
+}
+
+/// Expectations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// Individual responses.
+    #[serde(default)]
+    pub responses: Vec<ResponseExpect>,
+    /// Counts of responses.
+    #[serde(default)]
+    pub counts: Vec<CountExpect>,
+    /// Gateway state at simulated times.
+    #[serde(default)]
+    pub states: Vec<StateExpect>,
+    /// Upstream call counts at the end.
+    #[serde(default)]
+    pub calls: Vec<CallExpect>,
+}
+
+/// What one response must look like.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseExpect {
+    /// Client host.
+    #[serde(default = "default_client")]
+    pub client: String,
+    /// Request number within that client (0-based, in issue order).
+    pub seq: u64,
+    /// HTTP status.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// `error.code` (or the SSE error event's code).
+    #[serde(default)]
+    pub code: Option<String>,
+    /// `Retry-After` in seconds.
+    #[serde(default)]
+    pub retry_after_s: Option<u64>,
+    /// `X-Ferroute-Selected-Connection-Id`.
+    #[serde(default)]
+    pub connection: Option<String>,
+    /// For streams: whether `[DONE]` arrived.
+    #[serde(default)]
+    pub done: Option<bool>,
+}
+
+/// How many responses match.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountExpect {
+    /// Only this client.
+    #[serde(default)]
+    pub client: Option<String>,
+    /// Status to count.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// Code to count.
+    #[serde(default)]
+    pub code: Option<String>,
+    /// Served by this connection.
+    #[serde(default)]
+    pub connection: Option<String>,
+    /// At least.
+    #[serde(default)]
+    pub min: Option<u64>,
+    /// At most.
+    #[serde(default)]
+    pub max: Option<u64>,
+}
+
+/// Gateway state at a simulated time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateExpect {
+    /// When (checked at the first step at or after it).
+    pub at_ms: u64,
+    /// Breaker state of this provider.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// `CLOSED | DEGRADED | OPEN | HALF_OPEN`.
+    #[serde(default)]
+    pub breaker: Option<String>,
+    /// This connection's…
+    #[serde(default)]
+    pub connection: Option<String>,
+    /// …status (`active | unavailable | banned | expired | credits_exhausted`).
+    #[serde(default)]
+    pub status: Option<String>,
+    /// …backoff level.
+    #[serde(default)]
+    pub backoff_level: Option<u32>,
+    /// …remaining cooldown, `[min, max]` ms.
+    #[serde(default)]
+    pub cooldown_ms: Option<[u64; 2]>,
+    /// A model locked (or not) on `connection` of `provider`.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Whether `model` is locked.
+    #[serde(default)]
+    pub locked: Option<bool>,
+}
+
+/// Upstream calls, checked at the end.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallExpect {
+    /// Upstream host.
+    pub host: String,
+    /// Model (`*` for all).
+    #[serde(default = "star")]
+    pub model: String,
+    /// At least.
+    #[serde(default)]
+    pub min: Option<u64>,
+    /// At most.
+    #[serde(default)]
+    pub max: Option<u64>,
+}
+
+fn star() -> String {
+    "*".into()
+}
+
+/// A scenario file that failed to load.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// Unreadable.
+    #[error("{path}: {source}")]
+    Io {
+        /// File.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not a scenario.
+    #[error("{path}: {message}")]
+    Parse {
+        /// File.
+        path: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl Scenario {
+    /// Parses one scenario; `name` is used when the file has none.
+    pub fn from_toml_str(text: &str, name: &str) -> Result<Scenario, String> {
+        let mut s: Scenario = toml::from_str(text).map_err(|e| e.to_string())?;
+        if s.name.is_empty() {
+            s.name = name.to_owned();
+        }
+        if s.tick_ms == 0 {
+            return Err("tick_ms must be positive".into());
+        }
+        Ok(s)
+    }
+}
+
+/// The catalog directory.
+pub fn catalog_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("catalog")
+}
+
+/// Every scenario in `dir`, sorted by name.
+pub fn load_catalog(dir: &Path) -> Result<Vec<Scenario>, CatalogError> {
+    let io = |e, p: &Path| CatalogError::Io { path: p.display().to_string(), source: e };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| io(e, dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).map_err(|e| io(e, p))?;
+            let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            Scenario::from_toml_str(&text, &stem)
+                .map_err(|message| CatalogError::Parse { path: p.display().to_string(), message })
+        })
+        .collect()
+}

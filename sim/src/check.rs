@@ -1,0 +1,217 @@
+//! The recorder: every observed event, client outcome and fault, in order, with simulated
+//! times; and the invariants checked as each event arrives.
+
+use ferroute_core::engine::Event;
+use ferroute_core::types::TerminalState;
+use proxy::gateway::Observed;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+/// One client request's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Client host.
+    pub client: String,
+    /// Request number within the client.
+    pub seq: u64,
+    /// Issued at (sim ms).
+    pub issued_ms: u64,
+    /// Finished at (sim ms).
+    pub done_ms: u64,
+    /// HTTP status, or `None` when no HTTP response arrived.
+    pub status: Option<u16>,
+    /// `error.code` of a JSON error, or of an SSE error event.
+    pub code: Option<String>,
+    /// `Retry-After`.
+    pub retry_after_s: Option<u64>,
+    /// `X-Ferroute-Selected-Connection-Id`.
+    pub connection: Option<String>,
+    /// Whether `[DONE]` (or `message_stop`) arrived on a stream.
+    pub done: bool,
+    /// A transport error, when no response arrived.
+    pub error: Option<String>,
+}
+
+/// A violated property.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// When (sim ms).
+    pub at_ms: u64,
+    /// What.
+    pub what: String,
+}
+
+/// A state the timeline shows (for the SVG).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    /// Lane (`breaker:openai`, `conn:k1`, `lock:p/c/m`).
+    pub lane: String,
+    /// State name.
+    pub state: String,
+    /// From (sim ms).
+    pub from_ms: u64,
+    /// To (sim ms), if it ended.
+    pub to_ms: Option<u64>,
+}
+
+/// Everything a run saw.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// The ordered log.
+    pub log: Vec<(u64, String)>,
+    /// Client outcomes.
+    pub outcomes: Vec<Outcome>,
+    /// Requests issued (client, seq).
+    pub issued: BTreeSet<(String, u64)>,
+    /// Violations, first first.
+    pub violations: Vec<Violation>,
+    /// Dispatches by (provider, connection).
+    pub dispatches: BTreeMap<(String, String), u64>,
+    /// Streams started and finalised.
+    pub streams: (u64, u64),
+    /// Timeline spans.
+    pub spans: Vec<Span>,
+    breaker_open_until: BTreeMap<String, u64>,
+    cooling_until: BTreeMap<String, u64>,
+    terminal: BTreeMap<String, TerminalState>,
+}
+
+impl Recorder {
+    /// Adds a log line.
+    pub fn note(&mut self, at_ms: u64, line: String) {
+        self.log.push((at_ms, line));
+    }
+
+    /// Records a violation.
+    pub fn violate(&mut self, at_ms: u64, what: String) {
+        self.note(at_ms, format!("VIOLATION {what}"));
+        self.violations.push(Violation { at_ms, what });
+    }
+
+    fn open_span(&mut self, lane: String, state: &str, at: u64) {
+        self.close_span(&lane, at);
+        self.spans.push(Span { lane, state: state.to_owned(), from_ms: at, to_ms: None });
+    }
+
+    fn close_span(&mut self, lane: &str, at: u64) {
+        if let Some(s) = self.spans.iter_mut().rev().find(|s| s.lane == lane && s.to_ms.is_none()) {
+            s.to_ms = Some(at);
+        }
+    }
+
+    /// Feeds one gateway observation at `at` (sim ms); `ms_of` converts core instants.
+    pub fn observe(&mut self, at: u64, what: &Observed<'_>, ms_of: &dyn Fn(std::time::Instant) -> u64) {
+        match what {
+            Observed::Dispatch { provider, connection } => {
+                self.note(at, format!("dispatch {provider}/{connection}"));
+                *self.dispatches.entry(((*provider).to_owned(), (*connection).to_owned())).or_insert(0) += 1;
+                if let Some(until) = self.breaker_open_until.get(*provider) {
+                    if at < *until {
+                        self.violate(
+                            at,
+                            format!("dispatched to {provider} while its breaker is open until {until} ms"),
+                        );
+                    }
+                }
+                if let Some(until) = self.cooling_until.get(*connection) {
+                    if at < *until {
+                        self.violate(at, format!("dispatched to {connection} inside its cooldown (until {until} ms)"));
+                    }
+                }
+                if let Some(t @ (TerminalState::Banned | TerminalState::CreditsExhausted)) =
+                    self.terminal.get(*connection)
+                {
+                    let t = t.as_str();
+                    self.violate(at, format!("dispatched to {connection}, which is {t}"));
+                }
+            }
+            Observed::StreamStarted => {
+                self.streams.0 += 1;
+                self.note(at, "stream started".into());
+            }
+            Observed::StreamFinalized => {
+                self.streams.1 += 1;
+                self.note(at, "stream finalised".into());
+                if self.streams.1 > self.streams.0 {
+                    self.violate(at, "a stream was finalised more often than streams started".into());
+                }
+            }
+            Observed::Core(ev) => self.core(at, ev, ms_of),
+        }
+    }
+
+    fn core(&mut self, at: u64, ev: &Event, ms_of: &dyn Fn(std::time::Instant) -> u64) {
+        match ev {
+            Event::Breaker(t) => {
+                let until = t.open_until.map(ms_of);
+                self.note(
+                    at,
+                    format!(
+                        "breaker {} {}->{} {:?} until={until:?}",
+                        t.provider,
+                        t.from.as_str(),
+                        t.to.as_str(),
+                        t.reason
+                    ),
+                );
+                match until {
+                    Some(u) => {
+                        self.breaker_open_until.insert(t.provider.clone(), u);
+                    }
+                    None => {
+                        self.breaker_open_until.remove(&t.provider);
+                    }
+                }
+                self.open_span(format!("breaker:{}", t.provider), t.to.as_str(), at);
+            }
+            Event::ConnectionCooldown { connection, until, level, reason } => {
+                let u = ms_of(*until);
+                self.note(at, format!("cooldown {connection} until={u} level={level} reason={}", reason.as_str()));
+                if let Some(t) = self.terminal.get(&**connection) {
+                    let t = t.as_str();
+                    self.violate(at, format!("terminal state {t} of {connection} overwritten by a cooldown"));
+                }
+                self.cooling_until.insert(connection.to_string(), u);
+                self.spans.push(Span {
+                    lane: format!("conn:{connection}"),
+                    state: "cooldown".into(),
+                    from_ms: at,
+                    to_ms: Some(u),
+                });
+            }
+            Event::ConnectionTerminal { connection, state } => {
+                self.note(at, format!("terminal {connection} {}", state.as_str()));
+                if let Some(prev) = self.terminal.get(&**connection) {
+                    if prev != state {
+                        let (p, s) = (prev.as_str(), state.as_str());
+                        self.violate(at, format!("terminal state {p} of {connection} overwritten by {s}"));
+                    }
+                }
+                self.terminal.insert(connection.to_string(), *state);
+                self.open_span(format!("conn:{connection}"), state.as_str(), at);
+            }
+            Event::ConnectionRecovered { connection } => {
+                self.note(at, format!("recovered {connection}"));
+                self.terminal.remove(&**connection);
+                self.cooling_until.remove(&**connection);
+                self.close_span(&format!("conn:{connection}"), at);
+            }
+            Event::Lockout { provider, connection, model, cooldown } => {
+                self.note(at, format!("lockout {provider}/{connection}/{model} for {} ms", cooldown.as_millis()));
+                self.spans.push(Span {
+                    lane: format!("lock:{provider}/{connection}/{model}"),
+                    state: "locked".into(),
+                    from_ms: at,
+                    to_ms: Some(at + cooldown.as_millis() as u64),
+                });
+            }
+        }
+    }
+
+    /// The hash of the ordered log: equal for equal runs.
+    pub fn hash(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.log.hash(&mut h);
+        h.finish()
+    }
+}

@@ -1,0 +1,204 @@
+//! `cargo run -p sim -- …`: list, run, sweep, swarm, svg, bench.
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use scenarios::scenario::{Scenario, catalog_dir, load_catalog};
+use sim::{report, svg, swarm};
+use std::path::PathBuf;
+
+/// Ferroute's deterministic simulation.
+#[derive(Parser)]
+#[command(name = "sim", about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the catalog's scenarios.
+    List,
+    /// Run one scenario (a catalog name, a swarm-N name, or a path to a TOML file).
+    Run {
+        /// Scenario.
+        scenario: String,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print the timeline.
+        #[arg(long)]
+        trace: bool,
+    },
+    /// Run scenarios over many seeds (all of them when none is named).
+    Sweep {
+        /// Scenario (default: the whole catalog).
+        scenario: Option<String>,
+        /// Number of seeds.
+        #[arg(long, default_value_t = 100)]
+        seeds: u64,
+        /// First seed.
+        #[arg(long, default_value_t = 1)]
+        start: u64,
+    },
+    /// Swarm: random fault mixes, one per seed.
+    Swarm {
+        /// Number of seeds.
+        #[arg(long, default_value_t = 100)]
+        seeds: u64,
+        /// First seed.
+        #[arg(long, default_value_t = 1)]
+        start: u64,
+        /// Print the generated scenario of the first seed as TOML and exit.
+        #[arg(long)]
+        print: bool,
+    },
+    /// Write an SVG timeline of breaker, cooldown and lockout states for one run.
+    Svg {
+        /// Scenario.
+        scenario: String,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output file.
+        #[arg(long, default_value = "timeline.svg")]
+        out: PathBuf,
+    },
+    /// Measure simulated seconds per wall second on a one-hour, 10 000-request scenario.
+    Bench,
+}
+
+fn find(name: &str) -> anyhow::Result<Scenario> {
+    if let Some(seed) = name.strip_prefix("swarm-") {
+        return Ok(swarm::generate(seed.parse().context("swarm-N needs a number")?));
+    }
+    if name == "bench-hour" {
+        return Ok(sim::world::bench_scenario());
+    }
+    let path = PathBuf::from(name);
+    if path.extension().is_some_and(|e| e == "toml") && path.exists() {
+        let text = std::fs::read_to_string(&path)?;
+        return Scenario::from_toml_str(
+            &text,
+            &path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        )
+        .map_err(anyhow::Error::msg);
+    }
+    let all = load_catalog(&catalog_dir())?;
+    match all.into_iter().find(|s| s.name == name) {
+        Some(s) => Ok(s),
+        None => bail!("no scenario named {name:?} (see `cargo run -p sim -- list`)"),
+    }
+}
+
+fn bar(n: u64) -> ProgressBar {
+    let pb = ProgressBar::new(n);
+    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} [{elapsed_precise}]") {
+        pb.set_style(style);
+    }
+    pb
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::List => {
+            for s in load_catalog(&catalog_dir())? {
+                println!("{:<44} {:<14} {}", s.name, s.mechanisms.join(","), s.description);
+            }
+        }
+        Command::Run { scenario, seed, trace } => {
+            let s = find(&scenario)?;
+            let r = sim::run(&s, seed);
+            if trace {
+                print!("{}", report::timeline(&r));
+            }
+            println!(
+                "{} seed {}: {} ({} responses, {:.1} s simulated in {:.2} s, log hash {:016x})",
+                r.scenario,
+                r.seed,
+                if r.passed() { "passed" } else { "FAILED" },
+                r.outcomes.len(),
+                r.simulated.as_secs_f64(),
+                r.wall.as_secs_f64(),
+                r.hash
+            );
+            if !r.passed() {
+                eprint!("{}", report::failure(&r));
+                std::process::exit(1);
+            }
+        }
+        Command::Sweep { scenario, seeds, start } => {
+            let list = match scenario {
+                Some(name) => vec![find(&name)?],
+                None => load_catalog(&catalog_dir())?,
+            };
+            let pb = bar(seeds * list.len() as u64);
+            let mut failures = Vec::new();
+            for s in &list {
+                pb.set_message(s.name.clone());
+                for seed in start..start + seeds {
+                    let r = sim::run(s, seed);
+                    if !r.passed() {
+                        pb.println(report::failure(&r));
+                        failures.push(r.replay_command());
+                    }
+                    pb.inc(1);
+                }
+            }
+            pb.finish();
+            println!("{} runs, {} failed", seeds * list.len() as u64, failures.len());
+            if !failures.is_empty() {
+                std::process::exit(1);
+            }
+        }
+        Command::Swarm { seeds, start, print } => {
+            if print {
+                print!("{}", swarm::to_toml(&swarm::generate(start)));
+                return Ok(());
+            }
+            let pb = bar(seeds);
+            let mut failed = 0;
+            for seed in start..start + seeds {
+                let r = sim::run(&swarm::generate(seed), seed);
+                if !r.passed() {
+                    failed += 1;
+                    pb.println(report::failure(&r));
+                }
+                pb.inc(1);
+            }
+            pb.finish();
+            println!("{seeds} swarm seeds, {failed} failed");
+            if failed > 0 {
+                std::process::exit(1);
+            }
+        }
+        Command::Svg { scenario, seed, out } => {
+            let r = sim::run(&find(&scenario)?, seed);
+            std::fs::write(&out, svg::render(&r)).with_context(|| format!("cannot write {}", out.display()))?;
+            println!(
+                "wrote {} ({} spans; run {})",
+                out.display(),
+                r.spans.len(),
+                if r.passed() { "passed" } else { "FAILED" }
+            );
+        }
+        Command::Bench => {
+            let s = sim::world::bench_scenario();
+            let r = sim::run(&s, 1);
+            let ratio = r.simulated.as_secs_f64() / r.wall.as_secs_f64().max(1e-9);
+            println!(
+                "{}: {} requests, {:.0} s simulated in {:.2} s wall = {ratio:.0}x ({})",
+                s.name,
+                r.outcomes.len(),
+                r.simulated.as_secs_f64(),
+                r.wall.as_secs_f64(),
+                if r.passed() { "passed" } else { "FAILED" }
+            );
+            if !r.passed() {
+                eprint!("{}", report::failure(&r));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! Swarm mode (after TigerBeetle's VOPR): a seed picks a random mix of upstream faults and a
+//! random workload. A safety phase runs with faults; then every fault heals and a liveness
+//! phase requires every breaker to close, every cooldown to end, every connection to serve and
+//! every permit to return within a bound.
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use scenarios::scenario::{Expect, Fault, FaultAction, ResponseExpect, Scenario, StateExpect, UpstreamSpec, Workload};
+use scenarios::{Behaviour, Mode, Script, Window};
+use std::collections::BTreeMap;
+
+/// Length of the safety phase.
+pub const SAFETY_MS: u64 = 120_000;
+/// Time allowed after the safety phase for everything to heal. The longest self-healing
+/// timer the swarm can cause is an API-key breaker after repeated failed probes
+/// (30 s × multiplier 4 = 120 s), plus one request interval.
+pub const LIVENESS_BOUND_MS: u64 = 150_000;
+
+fn fault(rng: &mut ChaCha8Rng) -> Behaviour {
+    match rng.random_range(0..7) {
+        0 => Behaviour::status(503, r#"{"error":{"message":"service unavailable"}}"#),
+        1 => Behaviour::status(500, r#"{"error":{"message":"internal error"}}"#),
+        2 => {
+            let s = rng.random_range(1..8).to_string();
+            Behaviour::status_with(429, &[("retry-after", s.as_str())], r#"{"error":{"message":"Rate limit reached"}}"#)
+        }
+        3 => Behaviour::Reset { latency_ms: rng.random_range(0..200) },
+        4 => Behaviour::Stall,
+        5 => Behaviour::Respond {
+            status: 200,
+            headers: BTreeMap::new(),
+            body: r#"{"choices":[{"message":{"role":"assistant","content":"slow"}}]}"#.into(),
+            latency_ms: rng.random_range(500..2500),
+        },
+        _ => Behaviour::Echo { latency_ms: rng.random_range(0..100), chunk_ms: rng.random_range(0..50) },
+    }
+}
+
+/// The scenario a swarm seed stands for.
+pub fn generate(seed: u64) -> Scenario {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5a17);
+    let providers = rng.random_range(1..=3usize);
+    let mut gateway = String::new();
+    let mut upstreams = Vec::new();
+    let mut targets = Vec::new();
+    let mut connections = Vec::new();
+    for p in 0..providers {
+        let host = format!("up-{p}");
+        let class = if rng.random_bool(0.5) { "api_key" } else { "local" };
+        gateway.push_str(&format!(
+            "[[providers]]\nid = \"p{p}\"\nbase_url = \"http://{host}:9000/v1\"\nclass = \"{class}\"\nmodels = [\"m\"]\nstart_timeout_ms = 3000\n"
+        ));
+        for c in 0..rng.random_range(1..=3usize) {
+            let id = format!("p{p}-k{c}");
+            gateway.push_str(&format!("[[connections]]\nid = \"{id}\"\nprovider = \"p{p}\"\napi_key = \"sk-{id}\"\n"));
+            if rng.random_bool(0.3) {
+                gateway.push_str(&format!("max_concurrent = {}\n", rng.random_range(1..3)));
+            }
+            connections.push(id);
+        }
+        // Faults in 5 s slices during the safety phase, healthy afterwards.
+        let slices = SAFETY_MS / 5_000;
+        let mut windows = Vec::new();
+        for k in 0..slices {
+            if rng.random_bool(0.6) {
+                windows.push(Window { from_ms: k * 5_000, to_ms: (k + 1) * 5_000, behaviour: fault(&mut rng) });
+            }
+        }
+        let healthy = Behaviour::Echo { latency_ms: rng.random_range(0..50), chunk_ms: 10 };
+        let script = Script(Mode::Schedule { period_ms: 1_000_000_000, windows, otherwise: Box::new(healthy) });
+        upstreams.push(UpstreamSpec { host: host.clone(), routes: [("m".to_owned(), script)].into_iter().collect() });
+        targets.push(format!("\"p{p}/m\""));
+    }
+    gateway.push_str(&format!(
+        "[[combos]]\nname = \"swarm\"\nstrategy = \"{}\"\ntargets = [{}]\n",
+        ["priority", "round-robin", "random"][rng.random_range(0..3usize)],
+        targets.join(", ")
+    ));
+    if rng.random_bool(0.5) {
+        gateway.push_str("[resilience.throughput_watchdog]\nenabled = true\nwarmup_ms = 1000\nwindow_ms = 2000\nmin_bytes_per_second = 1\n");
+    }
+    gateway.push_str("[resilience.request_queue]\nexecution_max_wait_ms = 20000\n");
+
+    let mut workload = Vec::new();
+    let mut faults = Vec::new();
+    // Safety phase: a random mix of combo and direct requests, some streaming.
+    for g in 0..rng.random_range(2..5u64) {
+        let model =
+            if rng.random_bool(0.5) { "swarm".to_owned() } else { format!("p{}/m", rng.random_range(0..providers)) };
+        workload.push(Workload {
+            client: format!("safety-{g}"),
+            start_ms: rng.random_range(0..10_000),
+            every_ms: rng.random_range(300..3_000),
+            count: rng.random_range(10..40),
+            model,
+            stream: rng.random_bool(0.4),
+            anthropic: false,
+            headers: BTreeMap::new(),
+        });
+    }
+    for p in 0..providers {
+        if rng.random_bool(0.4) {
+            let at = rng.random_range(0..SAFETY_MS / 2);
+            let host = format!("up-{p}");
+            faults.push(Fault { at_ms: at, action: FaultAction::Partition, a: "gateway".into(), b: host.clone() });
+            faults.push(Fault {
+                at_ms: at + rng.random_range(1_000..20_000),
+                action: FaultAction::Repair,
+                a: "gateway".into(),
+                b: host,
+            });
+        }
+    }
+    // Liveness phase: every provider is probed until the bound; the last requests must succeed.
+    let check_at = SAFETY_MS + LIVENESS_BOUND_MS;
+    let mut responses = Vec::new();
+    for p in 0..providers {
+        let client = format!("live-{p}");
+        let count = (check_at + 10_000 - SAFETY_MS) / 2_000;
+        workload.push(Workload {
+            client: client.clone(),
+            start_ms: SAFETY_MS,
+            every_ms: 2_000,
+            count,
+            model: format!("p{p}/m"),
+            stream: false,
+            anthropic: false,
+            headers: BTreeMap::new(),
+        });
+        responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
+    }
+    let mut states = Vec::new();
+    for p in 0..providers {
+        states.push(StateExpect {
+            at_ms: check_at,
+            provider: Some(format!("p{p}")),
+            breaker: Some("CLOSED".into()),
+            ..Default::default()
+        });
+    }
+    for c in &connections {
+        states.push(StateExpect {
+            at_ms: check_at,
+            connection: Some(c.clone()),
+            status: Some("active".into()),
+            ..Default::default()
+        });
+    }
+    Scenario {
+        name: format!("swarm-{seed}"),
+        description: "generated: random upstream faults and workload, then healed".into(),
+        mechanisms: vec!["swarm".into()],
+        duration_ms: check_at + 60_000,
+        tick_ms: 10,
+        latency_ms: Some([0, 5]),
+        gateway,
+        upstreams,
+        workload,
+        faults,
+        expect: Expect { responses, counts: Vec::new(), states, calls: Vec::new() },
+    }
+}
+
+/// A seed's scenario as TOML (to inspect or keep as a regression).
+pub fn to_toml(s: &Scenario) -> String {
+    toml::to_string(s).unwrap_or_else(|e| format!("# could not serialise: {e}\n"))
+}

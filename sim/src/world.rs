@@ -1,0 +1,569 @@
+//! One simulated run: the real gateway, scripted upstream hosts and client hosts in a turmoil
+//! network, with checkers at every step.
+
+use crate::check::{Outcome, Recorder, Violation};
+use crate::net::{SimConnector, SimListener};
+use bytes::Bytes;
+use ferroute_core::breaker::BreakerState;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use proxy::config::Config;
+use proxy::gateway::{Gateway, Observed, Tap};
+use proxy::{Persistence, build_observed};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use scenarios::scenario::{FaultAction, Scenario, Workload};
+use scenarios::{ScriptedUpstream, serve_upstream};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The gateway's port inside the simulation.
+pub const GATEWAY_PORT: u16 = 8787;
+/// Upstreams' port inside the simulation.
+pub const UPSTREAM_PORT: u16 = 9000;
+/// The client key simulated clients send.
+pub const SIM_CLIENT_KEY: &str = "sim-client-key";
+/// The wall clock the gateway believes it started at (fixed, for determinism).
+pub const WALL_START_MS: u64 = 1_780_000_000_000;
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct RunResult {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// Violations (first first); empty when the run passed.
+    pub violations: Vec<Violation>,
+    /// The ordered event log.
+    pub log: Vec<(u64, String)>,
+    /// Its hash.
+    pub hash: u64,
+    /// Client outcomes.
+    pub outcomes: Vec<Outcome>,
+    /// Simulated time covered.
+    pub simulated: Duration,
+    /// Wall time taken.
+    pub wall: Duration,
+    /// Timeline spans.
+    pub spans: Vec<crate::check::Span>,
+}
+
+impl RunResult {
+    /// Whether every check held.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// The command that replays this run.
+    pub fn replay_command(&self) -> String {
+        format!("cargo run -p sim -- run {} --seed {} --trace", self.scenario, self.seed)
+    }
+}
+
+struct GatewayHandle {
+    gw: Arc<Gateway<SimConnector>>,
+    base: Instant,
+    e0: Duration,
+}
+
+#[derive(Default)]
+struct Shared {
+    rec: Recorder,
+    gateway: Option<GatewayHandle>,
+    upstreams: BTreeMap<String, Arc<ScriptedUpstream>>,
+}
+
+fn lock(s: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn sim_now() -> Duration {
+    turmoil::sim_elapsed().unwrap_or_default()
+}
+
+/// Runs `scenario` with `seed`.
+pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
+    #[allow(clippy::disallowed_methods)] // wall time of the run itself, for the speed report
+    let wall_start = std::time::Instant::now();
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let turmoil_seed = rng.next_u64();
+    let proxy_seed = rng.next_u64();
+
+    let no_env = |_: &str| None;
+    // Simulated clients are not on loopback: give them a key unless the scenario has its own.
+    let gateway_text = if scenario.gateway.contains("[[keys]]") {
+        scenario.gateway.clone()
+    } else {
+        format!("[[keys]]\nid = \"sim\"\nkey = \"{SIM_CLIENT_KEY}\"\n{}", scenario.gateway)
+    };
+    let config = match Config::from_toml_str(&gateway_text, &no_env, &[]) {
+        Ok(c) => c,
+        Err(e) => {
+            lock(&shared).rec.violate(0, format!("the scenario's gateway config is invalid: {e}"));
+            return finish(scenario, seed, &shared, Duration::ZERO, wall_start);
+        }
+    };
+
+    let mut b = turmoil::Builder::new();
+    let limit = Duration::from_millis(scenario.duration_ms);
+    let [lo, hi] = scenario.latency_ms.unwrap_or([0, 5]);
+    b.simulation_duration(limit + Duration::from_secs(3600))
+        .tick_duration(Duration::from_millis(scenario.tick_ms))
+        .min_message_latency(Duration::from_millis(lo))
+        .max_message_latency(Duration::from_millis(hi.max(lo)))
+        .rng_seed(turmoil_seed);
+    let mut sim = b.build();
+
+    for u in &scenario.upstreams {
+        let routes = u.routes.clone();
+        let shared = Arc::clone(&shared);
+        let host = u.host.clone();
+        sim.host(u.host.as_str(), move || {
+            let routes = routes.clone();
+            let shared = Arc::clone(&shared);
+            let host = host.clone();
+            async move {
+                let up = Arc::new(
+                    routes.into_iter().fold(ScriptedUpstream::new(), |acc, (model, script)| acc.route(&model, script)),
+                );
+                lock(&shared).upstreams.insert(host, Arc::clone(&up));
+                let listener = SimListener::bind(UPSTREAM_PORT).await?;
+                serve_upstream(listener, up).await;
+                Ok(())
+            }
+        });
+    }
+
+    {
+        let shared = Arc::clone(&shared);
+        sim.host("gateway", move || {
+            let shared = Arc::clone(&shared);
+            let config = config.clone();
+            async move {
+                let base = tokio::time::Instant::now().into_std();
+                let e0 = sim_now();
+                let tap_shared = Arc::clone(&shared);
+                let ms_of = move |at: Instant| ms(e0) + ms(at.saturating_duration_since(base));
+                let tap: Tap = Box::new(move |at: Instant, what: Observed<'_>| {
+                    let mut s = lock(&tap_shared);
+                    s.rec.observe(ms_of(at), &what, &ms_of);
+                });
+                let gw =
+                    build_observed(config, SimConnector, Persistence::Memory, WALL_START_MS, proxy_seed, Some(tap))
+                        .map_err(|e| e.to_string())?;
+                lock(&shared).gateway = Some(GatewayHandle { gw: Arc::clone(&gw), base, e0 });
+                let listener = SimListener::bind(GATEWAY_PORT).await?;
+                proxy::serve::serve_gateway(gw, listener, std::future::pending()).await;
+                Ok(())
+            }
+        });
+    }
+
+    let mut clients: BTreeMap<String, Vec<Workload>> = BTreeMap::new();
+    for w in &scenario.workload {
+        clients.entry(w.client.clone()).or_default().push(w.clone());
+    }
+    for (name, groups) in clients {
+        let shared = Arc::clone(&shared);
+        let client_name = name.clone();
+        sim.client(name.as_str(), async move {
+            let http: Client<SimConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(SimConnector);
+            let start = tokio::time::Instant::now();
+            let mut seq = 0;
+            let mut tasks = Vec::new();
+            let mut plan: Vec<(u64, Workload)> = Vec::new();
+            for g in groups {
+                for k in 0..g.count {
+                    plan.push((g.start_ms + k * g.every_ms, g.clone()));
+                }
+            }
+            plan.sort_by_key(|(at, _)| *at);
+            for (at, w) in plan {
+                let (http, shared, client) = (http.clone(), Arc::clone(&shared), client_name.clone());
+                let my_seq = seq;
+                seq += 1;
+                lock(&shared).rec.issued.insert((client.clone(), my_seq));
+                tasks.push(tokio::spawn(async move {
+                    tokio::time::sleep_until(start + Duration::from_millis(at)).await;
+                    let issued = ms(sim_now());
+                    lock(&shared).rec.note(
+                        issued,
+                        format!("request {client}#{my_seq} {}{}", w.model, if w.stream { " stream" } else { "" }),
+                    );
+                    let outcome = request(&http, &w, client.clone(), my_seq, issued).await;
+                    let mut s = lock(&shared);
+                    let line = format!(
+                        "response {}#{} status={:?} code={:?} retry_after={:?} connection={:?} done={}",
+                        outcome.client,
+                        outcome.seq,
+                        outcome.status,
+                        outcome.code,
+                        outcome.retry_after_s,
+                        outcome.connection,
+                        outcome.done
+                    );
+                    s.rec.note(outcome.done_ms, line);
+                    if outcome.status.is_none() {
+                        let what = format!(
+                            "request {}#{} got no HTTP response: {}",
+                            outcome.client,
+                            outcome.seq,
+                            outcome.error.clone().unwrap_or_default()
+                        );
+                        s.rec.violate(outcome.done_ms, what);
+                    }
+                    s.rec.outcomes.push(outcome);
+                }));
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+            Ok(())
+        });
+    }
+
+    let mut faults = scenario.faults.clone();
+    faults.sort_by_key(|f| f.at_ms);
+    let mut next_fault = 0;
+    let mut states: Vec<(usize, &scenarios::scenario::StateExpect)> =
+        scenario.expect.states.iter().enumerate().collect();
+    states.sort_by_key(|(_, s)| s.at_ms);
+    let mut next_state = 0;
+    let mut clients_done = scenario.workload.is_empty();
+    loop {
+        let t = ms(sim.elapsed());
+        while next_fault < faults.len() && faults[next_fault].at_ms <= t {
+            let f = &faults[next_fault];
+            match f.action {
+                FaultAction::Partition => sim.partition(f.a.as_str(), f.b.as_str()),
+                FaultAction::Repair => sim.repair(f.a.as_str(), f.b.as_str()),
+                FaultAction::Hold => sim.hold(f.a.as_str(), f.b.as_str()),
+                FaultAction::Release => sim.release(f.a.as_str(), f.b.as_str()),
+            }
+            lock(&shared).rec.note(t, format!("fault {:?} {} {}", f.action, f.a, f.b));
+            next_fault += 1;
+        }
+        while next_state < states.len() && states[next_state].1.at_ms <= t {
+            check_state(&shared, states[next_state].1, t);
+            next_state += 1;
+        }
+        if !lock(&shared).rec.violations.is_empty() {
+            break;
+        }
+        let all_due_checked = next_state >= states.len() && next_fault >= faults.len();
+        if clients_done && all_due_checked {
+            break;
+        }
+        if t > scenario.duration_ms {
+            break;
+        }
+        match sim.step() {
+            Ok(done) => clients_done = clients_done || done,
+            Err(e) => {
+                lock(&shared).rec.violate(t, format!("simulation error: {e}"));
+                break;
+            }
+        }
+    }
+    let simulated = sim.elapsed();
+    end_checks(scenario, &shared, ms(simulated));
+    drop(sim);
+    finish(scenario, seed, &shared, simulated, wall_start)
+}
+
+fn finish(
+    scenario: &Scenario,
+    seed: u64,
+    shared: &Arc<Mutex<Shared>>,
+    simulated: Duration,
+    wall_start: std::time::Instant,
+) -> RunResult {
+    let mut s = lock(shared);
+    let rec = std::mem::take(&mut s.rec);
+    s.gateway = None;
+    s.upstreams.clear();
+    #[allow(clippy::disallowed_methods)]
+    let wall = wall_start.elapsed();
+    RunResult {
+        scenario: scenario.name.clone(),
+        seed,
+        hash: rec.hash(),
+        violations: rec.violations,
+        log: rec.log,
+        outcomes: rec.outcomes,
+        simulated,
+        wall,
+        spans: rec.spans,
+    }
+}
+
+async fn request(
+    http: &Client<SimConnector, Full<Bytes>>,
+    w: &Workload,
+    client: String,
+    seq: u64,
+    issued_ms: u64,
+) -> Outcome {
+    let path = if w.anthropic { "/v1/messages" } else { "/v1/chat/completions" };
+    let mut body = serde_json::json!({"model": w.model, "stream": w.stream, "messages": [{"role": "user", "content": format!("request {seq} from {client}")}]});
+    if w.anthropic {
+        body["max_tokens"] = 64.into();
+    }
+    let mut b = http::Request::post(format!("http://gateway:{GATEWAY_PORT}{path}"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {SIM_CLIENT_KEY}"));
+    for (k, v) in &w.headers {
+        b = b.header(k.as_str(), v.as_str());
+    }
+    let mut out = Outcome {
+        client,
+        seq,
+        issued_ms,
+        done_ms: 0,
+        status: None,
+        code: None,
+        retry_after_s: None,
+        connection: None,
+        done: false,
+        error: None,
+    };
+    let req = match b.body(Full::new(Bytes::from(body.to_string()))) {
+        Ok(r) => r,
+        Err(e) => {
+            out.error = Some(e.to_string());
+            out.done_ms = ms(sim_now());
+            return out;
+        }
+    };
+    match http.request(req).await {
+        Err(e) => out.error = Some(format!("{e:?}")),
+        Ok(resp) => {
+            out.status = Some(resp.status().as_u16());
+            let h = resp.headers();
+            out.retry_after_s = h.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+            out.connection =
+                h.get("x-ferroute-selected-connection-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            match resp.into_body().collect().await {
+                Ok(c) => {
+                    let text = String::from_utf8_lossy(&c.to_bytes()).into_owned();
+                    read_body(&text, &mut out);
+                }
+                Err(e) => {
+                    out.error = Some(format!("body: {e}"));
+                }
+            }
+        }
+    }
+    out.done_ms = ms(sim_now());
+    out
+}
+
+fn read_body(text: &str, out: &mut Outcome) {
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
+        out.code = v.pointer("/error/code").and_then(|c| c.as_str()).map(str::to_owned);
+        return;
+    }
+    for event in text.split("\n\n") {
+        for line in event.lines() {
+            let Some(data) = line.strip_prefix("data: ") else { continue };
+            if data == "[DONE]" {
+                out.done = true;
+            } else if let Ok(v) = serde_json::from_str::<serde_json::Value>(data) {
+                if v.get("type").and_then(|t| t.as_str()) == Some("message_stop") {
+                    out.done = true;
+                }
+                if let Some(code) = v.pointer("/error/code").and_then(|c| c.as_str()) {
+                    out.code = Some(code.to_owned());
+                }
+            }
+        }
+    }
+}
+
+fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::StateExpect, t: u64) {
+    let mut s = lock(shared);
+    let Some(h) = &s.gateway else {
+        s.rec.violate(t, format!("state check at {} ms: the gateway is not running", e.at_ms));
+        return;
+    };
+    let now = h.base + Duration::from_millis(t.saturating_sub(ms(h.e0)));
+    let gw = Arc::clone(&h.gw);
+    let mut problems = Vec::new();
+    gw.with_engine(|eng| {
+        if let (Some(p), Some(want)) = (&e.provider, &e.breaker) {
+            let got = eng.breaker_state(now, p);
+            if got.as_str() != want {
+                problems.push(format!("breaker of {p} is {} (expected {want})", got.as_str()));
+            }
+            let _ = BreakerState::parse(want);
+        }
+        if let Some(c) = &e.connection {
+            let st = eng.connection(c);
+            if let Some(want) = &e.status {
+                if st.status(now).as_str() != want {
+                    problems.push(format!("connection {c} is {} (expected {want})", st.status(now).as_str()));
+                }
+            }
+            if let Some(want) = e.backoff_level {
+                if st.backoff_level() != want {
+                    problems.push(format!("connection {c} has backoff level {} (expected {want})", st.backoff_level()));
+                }
+            }
+            if let Some([lo, hi]) = e.cooldown_ms {
+                let left = st.rate_limited_until(now).map_or(0, |u| ms(u.saturating_duration_since(now)));
+                if left < lo || left > hi {
+                    problems.push(format!("connection {c} has {left} ms of cooldown left (expected {lo}..={hi})"));
+                }
+            }
+            if let (Some(p), Some(m), Some(want)) = (&e.provider, &e.model, e.locked) {
+                let got = eng.lockouts().remaining(now, p, c, m, None).is_some();
+                if got != want {
+                    problems.push(format!("model {p}/{m} on {c} locked={got} (expected {want})"));
+                }
+            }
+        }
+    });
+    for p in problems {
+        s.rec.violate(t, format!("at {} ms: {p}", e.at_ms));
+    }
+}
+
+fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
+    let mut s = lock(shared);
+    if !s.rec.violations.is_empty() {
+        return;
+    }
+    // Every request got exactly one response.
+    let issued: Vec<(String, u64)> = s.rec.issued.iter().cloned().collect();
+    for (c, q) in issued {
+        let n = s.rec.outcomes.iter().filter(|o| o.client == c && o.seq == q).count();
+        if n != 1 {
+            s.rec.violate(t, format!("request {c}#{q} got {n} responses (expected exactly one)"));
+        }
+    }
+    // Every permit returned.
+    if let Some(h) = &s.gateway {
+        let busy: Vec<String> =
+            h.gw.queue_depths()
+                .into_iter()
+                .filter(|(_, q, r)| *q > 0 || *r > 0)
+                .map(|(k, q, r)| format!("{k} ({q} queued, {r} running)"))
+                .collect();
+        if !busy.is_empty() {
+            s.rec.violate(t, format!("permits not returned at the end: {}", busy.join(", ")));
+        }
+    }
+    let (started, finalised) = s.rec.streams;
+    if started != finalised {
+        s.rec.violate(t, format!("{started} streams started but {finalised} finalised"));
+    }
+    let exp = &scenario.expect;
+    for r in &exp.responses {
+        let Some(o) = s.rec.outcomes.iter().find(|o| o.client == r.client && o.seq == r.seq).cloned() else {
+            s.rec.violate(t, format!("response {}#{}: no such request", r.client, r.seq));
+            continue;
+        };
+        let mut bad = Vec::new();
+        if r.status.is_some() && r.status != o.status {
+            bad.push(format!("status {:?} (expected {:?})", o.status, r.status));
+        }
+        if r.code.is_some() && r.code != o.code {
+            bad.push(format!("code {:?} (expected {:?})", o.code, r.code));
+        }
+        if r.retry_after_s.is_some() && r.retry_after_s != o.retry_after_s {
+            bad.push(format!("retry-after {:?} (expected {:?})", o.retry_after_s, r.retry_after_s));
+        }
+        if r.connection.is_some() && r.connection != o.connection {
+            bad.push(format!("connection {:?} (expected {:?})", o.connection, r.connection));
+        }
+        if r.done.is_some_and(|d| d != o.done) {
+            bad.push(format!("done {} (expected {:?})", o.done, r.done));
+        }
+        for b in bad {
+            s.rec.violate(t, format!("response {}#{}: {b}", r.client, r.seq));
+        }
+    }
+    for c in &exp.counts {
+        let n = s
+            .rec
+            .outcomes
+            .iter()
+            .filter(|o| c.client.as_ref().is_none_or(|x| *x == o.client))
+            .filter(|o| c.status.is_none() || c.status == o.status)
+            .filter(|o| c.code.is_none() || c.code == o.code)
+            .filter(|o| c.connection.is_none() || c.connection == o.connection)
+            .count() as u64;
+        if c.min.is_some_and(|m| n < m) || c.max.is_some_and(|m| n > m) {
+            s.rec.violate(
+                t,
+                format!(
+                    "{n} responses with status={:?} code={:?} connection={:?} (expected {:?}..={:?})",
+                    c.status, c.code, c.connection, c.min, c.max
+                ),
+            );
+        }
+    }
+    for c in &exp.calls {
+        let n = match s.upstreams.get(&c.host) {
+            Some(u) if c.model == "*" => u.total_calls(),
+            Some(u) => u.calls(&c.model),
+            None => 0,
+        };
+        if c.min.is_some_and(|m| n < m) || c.max.is_some_and(|m| n > m) {
+            s.rec.violate(
+                t,
+                format!("upstream {} model {} got {n} calls (expected {:?}..={:?})", c.host, c.model, c.min, c.max),
+            );
+        }
+    }
+}
+
+/// A one-hour scenario with 10 000 requests, for measuring simulation speed.
+pub fn bench_scenario() -> Scenario {
+    let gateway = "[[providers]]\nid = \"a\"\nbase_url = \"http://up-a:9000/v1\"\nmodels = [\"m\"]\n[[connections]]\nid = \"a1\"\nprovider = \"a\"\napi_key = \"sk\"\n[[connections]]\nid = \"a2\"\nprovider = \"a\"\napi_key = \"sk\"\n".to_owned();
+    let script = scenarios::Script(scenarios::Mode::Cycle {
+        steps: vec![
+            scenarios::Behaviour::echo(),
+            scenarios::Behaviour::echo(),
+            scenarios::Behaviour::echo(),
+            scenarios::Behaviour::status_with(
+                429,
+                &[("retry-after", "1")],
+                r#"{"error":{"message":"Rate limit reached"}}"#,
+            ),
+        ],
+    });
+    Scenario {
+        name: "bench-hour".into(),
+        description: "one simulated hour, 10 000 requests, one in four rate-limited".into(),
+        mechanisms: vec!["speed".into()],
+        duration_ms: 3_700_000,
+        tick_ms: 10,
+        latency_ms: Some([0, 5]),
+        gateway,
+        upstreams: vec![scenarios::scenario::UpstreamSpec {
+            host: "up-a".into(),
+            routes: [("m".to_owned(), script)].into_iter().collect(),
+        }],
+        workload: vec![Workload {
+            client: "client".into(),
+            start_ms: 0,
+            every_ms: 360,
+            count: 10_000,
+            model: "a/m".into(),
+            stream: false,
+            anthropic: false,
+            headers: BTreeMap::new(),
+        }],
+        faults: Vec::new(),
+        expect: scenarios::scenario::Expect::default(),
+    }
+}
