@@ -348,6 +348,31 @@ impl Engine {
         {
             return Some((ExclusionReason::CircuitOpen, b.retry_after(now)));
         }
+        self.account_exclusion(now, c)
+    }
+
+    /// Re-checks an admitted attempt just before it is sent (after waiting for a queue slot):
+    /// excluded if the breaker opened meanwhile (or half-opened and this is no probe), or if the
+    /// connection, provider window or model lockout now excludes it. The attempt's own probe
+    /// slot does not count against it.
+    pub fn recheck(&self, now: Instant, c: &Candidate<'_>, ticket: Ticket) -> Option<(ExclusionReason, Duration)> {
+        if let Some(b) = self.breakers.get(c.provider) {
+            match b.state(now) {
+                BreakerState::Open => return Some((ExclusionReason::CircuitOpen, b.retry_after(now))),
+                BreakerState::HalfOpen if !ticket.is_probe() => {
+                    return Some((ExclusionReason::CircuitOpen, Duration::ZERO));
+                }
+                _ => {}
+            }
+        }
+        // An expired connection's one retry was taken when it was selected; let it through.
+        match self.account_exclusion(now, c) {
+            Some((ExclusionReason::Terminal(TerminalState::Expired), _)) => None,
+            other => other,
+        }
+    }
+
+    fn account_exclusion(&self, now: Instant, c: &Candidate<'_>) -> Option<(ExclusionReason, Duration)> {
         let pc = &self.derived.provider_cooldown;
         if pc.enabled {
             let r = self.tracker.remaining(now, pc, c.class, c.provider, None).max(self.tracker.remaining(

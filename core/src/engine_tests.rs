@@ -184,3 +184,36 @@ fn reset_all_closes_breakers_and_clears_lockouts() {
     assert!(e.lockouts().list(now).is_empty());
     assert!(e.poll_timeout(now).is_none());
 }
+
+#[test]
+fn recheck_lets_the_probe_through_but_not_a_stale_ticket() {
+    let now = t0();
+    let mut settings = ResilienceSettings::default();
+    settings.breaker.api_key.failure_threshold = 1;
+    settings.breaker.api_key.degradation_threshold = 1;
+    let mut e = Engine::new(settings, 1);
+    let c = cands(&["k1"]);
+    let (_, stale) = pick(&mut e, now, &c, Strategy::Priority);
+    let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+    e.record(now, &c[i], "openai", t, upstream(503, "x"), false, false, None);
+    // A ticket admitted before the breaker opened is stopped before it is sent.
+    assert_eq!(e.recheck(now, &c[0], stale).map(|x| x.0), Some(ExclusionReason::CircuitOpen));
+    // After the reset timeout the probe holds the only slot; its own recheck passes.
+    let later = now + S(30);
+    let (_, probe) = pick(&mut e, later, &c, Strategy::Priority);
+    assert!(probe.is_probe());
+    assert_eq!(e.exclusion(later, &c[0]).map(|x| x.0), Some(ExclusionReason::CircuitOpen), "no second probe");
+    assert_eq!(e.recheck(later, &c[0], probe), None);
+    assert_eq!(e.recheck(later, &c[0], stale).map(|x| x.0), Some(ExclusionReason::CircuitOpen));
+}
+
+#[test]
+fn recheck_stops_a_ticket_whose_connection_started_cooling() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c = cands(&["k1"]);
+    let (_, waiting) = pick(&mut e, now, &c, Strategy::Priority);
+    let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+    e.record(now, &c[i], "openai", t, upstream(429, "slow down"), false, false, None);
+    assert_eq!(e.recheck(now, &c[0], waiting).map(|x| x.0), Some(ExclusionReason::Unavailable));
+}

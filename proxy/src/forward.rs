@@ -160,6 +160,9 @@ async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
                 last = Some(f);
             }
             Step::Fail(e, conn) => return finish(&gw, e, Some(&conn)),
+            Step::Excluded(conn) => {
+                skip.remove(&conn);
+            }
         }
     }
     finish(
@@ -335,6 +338,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> Drop for Attempt<C> {
 
 enum Step {
     Done(Response<Body>),
+    /// Became ineligible while waiting for a slot: choose again.
+    Excluded(String),
     Fallback(Failure),
     Fail(ProxyError, String),
 }
@@ -417,6 +422,16 @@ async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         }
         _ => None,
     };
+    // The wait for a slot may have outlasted the breaker or the connection: re-check before
+    // sending, so that nothing reaches a provider whose breaker opened meanwhile.
+    let now = gw.clock.now();
+    let cand = gw.candidate(&target);
+    let ticket = attempt.ticket;
+    if let Some((reason, _)) = ticket.and_then(|t| gw.with_engine(|e| e.recheck(now, &cand, t))) {
+        tracing::debug!(provider = %provider.id, connection = %connection.id, reason = reason.as_str(), "excluded while queued");
+        attempt.record(AttemptOutcome::Neutral);
+        return Step::Excluded(conn_id);
+    }
     let req = match upstream_request(&gw, &target, json, format) {
         Ok(r) => r,
         Err(e) => {

@@ -165,42 +165,43 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
     let cfg = gw.config.resilience.watchdog_config();
     let mut watchdog = Watchdog::new(cfg, gw.clock.now());
     let mut splitter = SseSplitter::default();
+    // The watchdog judges the stream as its events arrive (as the reference does): a timer
+    // would catch the window between two evenly spaced chunks and abort a stream running at
+    // exactly the minimum rate. A silent upstream is the execution budget's job.
     let end = loop {
-        let deadline = watchdog.poll_timeout();
-        let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
-                None => std::future::pending().await,
+        match upstream.frame().await {
+            None => break StreamEnd::Completed,
+            Some(Err(e)) => {
+                let _ = tx
+                    .send_data(error_event(
+                        format,
+                        "upstream_stream_error",
+                        &format!("the upstream stream broke off: {e}"),
+                    ))
+                    .await;
+                break StreamEnd::UpstreamBroke;
             }
-        };
-        tokio::select! {
-            biased;
-            frame = upstream.frame() => match frame {
-                None => break StreamEnd::Completed,
-                Some(Err(e)) => {
-                    let _ = tx.send_data(error_event(format, "upstream_stream_error", &format!("the upstream stream broke off: {e}"))).await;
-                    break StreamEnd::UpstreamBroke;
-                }
-                Some(Ok(frame)) => {
-                    let Ok(data) = frame.into_data() else { continue };
-                    let mut abort = false;
-                    for (name, payload) in splitter.push(&data) {
-                        if let Verdict::Abort { .. } = watchdog.observe(gw.clock.now(), classify_sse(name.as_deref(), &payload)) {
-                            abort = true;
-                        }
-                    }
-                    if tx.send_data(data).await.is_err() {
-                        break StreamEnd::ClientGone;
-                    }
-                    if abort {
-                        let _ = tx.send_data(error_event(format, STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted")).await;
-                        break StreamEnd::TooSlow;
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else { continue };
+                let mut abort = false;
+                for (name, payload) in splitter.push(&data) {
+                    if let Verdict::Abort { .. } =
+                        watchdog.observe(gw.clock.now(), classify_sse(name.as_deref(), &payload))
+                    {
+                        abort = true;
                     }
                 }
-            },
-            () = sleep => {
-                if let Verdict::Abort { .. } = watchdog.check(gw.clock.now()) {
-                    let _ = tx.send_data(error_event(format, STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted")).await;
+                if tx.send_data(data).await.is_err() {
+                    break StreamEnd::ClientGone;
+                }
+                if abort {
+                    let _ = tx
+                        .send_data(error_event(
+                            format,
+                            STREAM_THROUGHPUT_TOO_LOW,
+                            "the upstream stream was too slow and was aborted",
+                        ))
+                        .await;
                     break StreamEnd::TooSlow;
                 }
             }

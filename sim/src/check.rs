@@ -105,18 +105,15 @@ impl Recorder {
             Observed::Dispatch { provider, connection } => {
                 self.note(at, format!("dispatch {provider}/{connection}"));
                 *self.dispatches.entry(((*provider).to_owned(), (*connection).to_owned())).or_insert(0) += 1;
-                if let Some(until) = self.breaker_open_until.get(*provider) {
-                    if at < *until {
-                        self.violate(
-                            at,
-                            format!("dispatched to {provider} while its breaker is open until {until} ms"),
-                        );
-                    }
+                if let Some(until) = self.breaker_open_until.get(*provider)
+                    && at < *until
+                {
+                    self.violate(at, format!("dispatched to {provider} while its breaker is open until {until} ms"));
                 }
-                if let Some(until) = self.cooling_until.get(*connection) {
-                    if at < *until {
-                        self.violate(at, format!("dispatched to {connection} inside its cooldown (until {until} ms)"));
-                    }
+                if let Some(until) = self.cooling_until.get(*connection)
+                    && at < *until
+                {
+                    self.violate(at, format!("dispatched to {connection} inside its cooldown (until {until} ms)"));
                 }
                 if let Some(t @ (TerminalState::Banned | TerminalState::CreditsExhausted)) =
                     self.terminal.get(*connection)
@@ -181,11 +178,11 @@ impl Recorder {
             }
             Event::ConnectionTerminal { connection, state } => {
                 self.note(at, format!("terminal {connection} {}", state.as_str()));
-                if let Some(prev) = self.terminal.get(&**connection) {
-                    if prev != state {
-                        let (p, s) = (prev.as_str(), state.as_str());
-                        self.violate(at, format!("terminal state {p} of {connection} overwritten by {s}"));
-                    }
+                if let Some(prev) = self.terminal.get(&**connection)
+                    && prev != state
+                {
+                    let (p, s) = (prev.as_str(), state.as_str());
+                    self.violate(at, format!("terminal state {p} of {connection} overwritten by {s}"));
                 }
                 self.terminal.insert(connection.to_string(), *state);
                 self.open_span(format!("conn:{connection}"), state.as_str(), at);

@@ -99,6 +99,15 @@ fn bar(n: u64) -> ProgressBar {
     pb
 }
 
+/// Prints above the progress bar, or plainly when the bar is hidden (not a terminal).
+fn say(pb: &ProgressBar, text: String) {
+    if pb.is_hidden() {
+        eprint!("{text}");
+    } else {
+        pb.println(text.trim_end());
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -140,7 +149,7 @@ fn main() -> anyhow::Result<()> {
                 for seed in start..start + seeds {
                     let r = sim::run(s, seed);
                     if !r.passed() {
-                        pb.println(report::failure(&r));
+                        say(&pb, report::failure(&r));
                         failures.push(r.replay_command());
                     }
                     pb.inc(1);
@@ -163,7 +172,7 @@ fn main() -> anyhow::Result<()> {
                 let r = sim::run(&swarm::generate(seed), seed);
                 if !r.passed() {
                     failed += 1;
-                    pb.println(report::failure(&r));
+                    say(&pb, report::failure(&r));
                 }
                 pb.inc(1);
             }

@@ -407,15 +407,15 @@ fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::StateExpect
         }
         if let Some(c) = &e.connection {
             let st = eng.connection(c);
-            if let Some(want) = &e.status {
-                if st.status(now).as_str() != want {
-                    problems.push(format!("connection {c} is {} (expected {want})", st.status(now).as_str()));
-                }
+            if let Some(want) = &e.status
+                && st.status(now).as_str() != want
+            {
+                problems.push(format!("connection {c} is {} (expected {want})", st.status(now).as_str()));
             }
-            if let Some(want) = e.backoff_level {
-                if st.backoff_level() != want {
-                    problems.push(format!("connection {c} has backoff level {} (expected {want})", st.backoff_level()));
-                }
+            if let Some(want) = e.backoff_level
+                && st.backoff_level() != want
+            {
+                problems.push(format!("connection {c} has backoff level {} (expected {want})", st.backoff_level()));
             }
             if let Some([lo, hi]) = e.cooldown_ms {
                 let left = st.rate_limited_until(now).map_or(0, |u| ms(u.saturating_duration_since(now)));
