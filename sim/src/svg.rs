@@ -30,7 +30,7 @@ pub fn render(r: &RunResult) -> String {
         lanes.entry(s.lane.as_str()).or_default().push(s);
     }
     let (label_w, width, lane_h) = (260.0, 900.0, 26.0);
-    let height = 60.0 + lane_h * lanes.len() as f64 + 30.0;
+    let height = 60.0 + lane_h * lanes.len() as f64 + 60.0;
     let x = |ms: u64| label_w + (ms as f64 / end) * width;
     let mut out = String::new();
     let _ = writeln!(
@@ -79,6 +79,18 @@ pub fn render(r: &RunResult) -> String {
             x(ms),
             ms as f64 / 1000.0
         );
+    }
+    let legend_y = axis_y + 26.0;
+    let mut lx = label_w;
+    for state in ["CLOSED", "DEGRADED", "HALF_OPEN", "OPEN", "cooldown", "locked", "banned"] {
+        let _ = writeln!(
+            out,
+            r#"<rect x="{lx}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{legend_y}">{state}</text>"#,
+            legend_y - 10.0,
+            color(state),
+            lx + 16.0
+        );
+        lx += 16.0 + 8.0 * state.len() as f64 + 18.0;
     }
     out.push_str("</svg>\n");
     out
