@@ -486,7 +486,7 @@ async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
                 attempt,
                 vec![Some(queue_slot), share_slot].into_iter().flatten().collect::<Vec<Slot<C>>>(),
             );
-            return Step::Done(relay(fin, resp, format, conn_id));
+            return Step::Done(relay(fin, resp, format, conn_id, limits.execution_max_wait));
         }
         let (parts, body) = resp.into_parts();
         let remaining = limits.execution_max_wait.saturating_sub(gw.clock.now().saturating_duration_since(started));

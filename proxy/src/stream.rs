@@ -25,6 +25,9 @@ pub enum StreamEnd {
     TooSlow,
     /// The client went away: says nothing about the upstream.
     ClientGone,
+    /// The upstream sent nothing for the whole execution budget (M9's safety net; like the
+    /// other local limits it counts against nothing).
+    Silent,
 }
 
 /// Usage accounting and permit release for one stream, exactly once: by `finish`, or by
@@ -57,7 +60,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Finalizer<C> {
             StreamEnd::Completed => AttemptOutcome::Success,
             StreamEnd::UpstreamBroke => AttemptOutcome::Transport,
             StreamEnd::TooSlow => AttemptOutcome::TooSlow,
-            StreamEnd::ClientGone => AttemptOutcome::Neutral,
+            StreamEnd::ClientGone | StreamEnd::Silent => AttemptOutcome::Neutral,
         };
         self.attempt.record(outcome);
         self.slots.clear();
@@ -139,11 +142,12 @@ pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
     resp: Response<Incoming>,
     format: Format,
     connection: String,
+    idle_budget: std::time::Duration,
 ) -> Response<Body> {
     let (tx, body) = Channel::<Bytes, io::Error>::new(16);
     let status = resp.status();
     let upstream = resp.into_body();
-    tokio::spawn(pump(fin, upstream, tx, format));
+    tokio::spawn(pump(fin, upstream, tx, format, idle_budget));
     let mut out = Response::new(body.boxed());
     *out.status_mut() = status;
     let h = out.headers_mut();
@@ -160,6 +164,7 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
     mut upstream: Incoming,
     mut tx: http_body_util::channel::Sender<Bytes, io::Error>,
     format: Format,
+    idle_budget: std::time::Duration,
 ) {
     let gw = std::sync::Arc::clone(&fin.attempt.gw);
     let cfg = gw.config.resilience.watchdog_config();
@@ -167,9 +172,15 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
     let mut splitter = SseSplitter::default();
     // The watchdog judges the stream as its events arrive (as the reference does): a timer
     // would catch the window between two evenly spaced chunks and abort a stream running at
-    // exactly the minimum rate. A silent upstream is the execution budget's job.
+    // exactly the minimum rate. A silent upstream is the execution budget's job: a stream that
+    // sends nothing at all for that long is ended, so a client never hangs.
     let end = loop {
-        match upstream.frame().await {
+        let Ok(next) = tokio::time::timeout(idle_budget, upstream.frame()).await else {
+            let msg = format!("the upstream sent nothing for {} ms (execution_max_wait_ms)", idle_budget.as_millis());
+            let _ = tx.send_data(error_event(format, "RATE_LIMIT_EXECUTION_TIMEOUT", &msg)).await;
+            break StreamEnd::Silent;
+        };
+        match next {
             None => break StreamEnd::Completed,
             Some(Err(e)) => {
                 let _ = tx

@@ -475,3 +475,27 @@ async fn graceful_shutdown_lets_an_in_flight_stream_finish() {
     let refused = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(gw.addr)).await;
     assert!(!matches!(refused, Ok(Ok(_))), "still accepting after shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_goes_silent_ends_after_the_execution_budget() {
+    let events = vec![SseEvent::text(0, "first "), SseEvent::text(5_000, "never arrives in time")];
+    let up = upstream(
+        ScriptedUpstream::new()
+            .route("m", Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false })),
+    )
+    .await;
+    let gw = start(
+        config(&format!("{ONE_PROVIDER}\n[resilience.request_queue]\nexecution_max_wait_ms = 500\n"), &up),
+        Persistence::Memory,
+    )
+    .await;
+    let started = tokio::time::Instant::now();
+    let r = chat(&gw, "up/m", true).await;
+    assert!(started.elapsed() < Duration::from_secs(4), "ended by the budget, not by the upstream");
+    let data = sse_data(&r.body);
+    assert!(data[0].contains("first"));
+    let last: serde_json::Value = serde_json::from_str(data.last().expect("events")).expect("json");
+    assert_eq!(last["error"]["code"], "RATE_LIMIT_EXECUTION_TIMEOUT");
+    let h = health(&gw).await;
+    assert_eq!(provider(&h, "up")["failures"], 0, "a local limit counts against nothing");
+}
