@@ -4,13 +4,16 @@
 //! status, headers and body after some latency; stream SSE events on a timeline; echo the
 //! request; reset the connection before or during the response; accept and never answer. The
 //! [`ScriptedUpstream`] is a hyper service that plays scripts, so the demo provider, the
-//! simulation and the chaos suite all inject faults the same way.
+//! simulation and the chaos suite all inject faults the same way. [`Toxic`]s describe
+//! transport faults, which the chaos suite's middlebox executes on real sockets.
 
 pub mod net;
 pub mod scenario;
 pub mod script;
+pub mod toxic;
 pub mod upstream;
 
 pub use scenario::{Scenario, load_catalog};
 pub use script::{Behaviour, Mode, Script, SseEvent, Window};
+pub use toxic::Toxic;
 pub use upstream::{ScriptedUpstream, serve_upstream};

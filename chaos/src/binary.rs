@@ -1,0 +1,130 @@
+//! The real `ferroute` binary as a child process: built once, started with its own config and
+//! data directory on a free loopback port, killed with SIGKILL or stopped with SIGTERM.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// Builds `ferroute` (`cargo build -p proxy --bin ferroute`) once per test process and returns
+/// its path.
+pub fn ferroute() -> Result<PathBuf, String> {
+    BINARY
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let out = Command::new(cargo)
+                .args(["build", "-p", "proxy", "--bin", "ferroute"])
+                .current_dir(workspace_root())
+                .output()
+                .map_err(|e| format!("cannot run cargo: {e}"))?;
+            if !out.status.success() {
+                return Err(format!("building ferroute failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+            }
+            let target = std::env::var("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| workspace_root().join("target"));
+            let path = target.join("debug").join("ferroute");
+            if path.exists() { Ok(path) } else { Err(format!("{} was not built", path.display())) }
+        })
+        .clone()
+}
+
+/// A free loopback port.
+pub fn free_port() -> io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A running gateway process.
+pub struct Gateway {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Its port.
+    pub port: u16,
+    /// Its config file.
+    pub config: PathBuf,
+}
+
+impl Gateway {
+    /// Starts `ferroute --config CONFIG --listen 127.0.0.1:PORT` and waits until it accepts.
+    pub async fn start(config: &Path, port: u16) -> Result<Gateway, String> {
+        let bin = ferroute()?;
+        let mut child = Command::new(bin)
+            .args(["--config"])
+            .arg(config)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("FERROUTE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start ferroute: {e}"))?;
+        for _ in 0..400 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return Ok(Gateway {
+                    child,
+                    base: format!("http://127.0.0.1:{port}"),
+                    port,
+                    config: config.to_owned(),
+                });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("ferroute exited early: {status}"));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Err("ferroute did not start listening".into())
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident set size in KiB, from `/proc/PID/status`.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill_9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub async fn terminate(mut self) -> Result<(), String> {
+        let pid = self.pid().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err("kill -TERM failed".into());
+        }
+        for _ in 0..400 {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return if s.success() { Ok(()) } else { Err(format!("exited with {s}")) };
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        Err("did not stop within 10 s of SIGTERM".into())
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

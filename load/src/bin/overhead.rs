@@ -1,0 +1,2 @@
+//! overhead
+fn main() {}

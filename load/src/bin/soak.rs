@@ -1,0 +1,2 @@
+//! soak
+fn main() {}
