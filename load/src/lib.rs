@@ -1,1 +1,186 @@
-//! load
+//! Load tools: an in-process gateway for the soak, a minimal hyper pass-through (the physical
+//! limit a proxy can reach), and an open-loop load generator for the overhead benchmark.
+//! Everything stays on loopback.
+
+pub mod soak;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use proxy::config::Config;
+use proxy::{Persistence, build};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Starts the real gateway in this process on an ephemeral loopback port. With `upstream`
+/// it proxies `bench/m` (and `bench/s` for streams) to that address; without, it serves the
+/// built-in demo provider. State goes to `data_dir`.
+pub async fn start_gateway(upstream: Option<SocketAddr>, data_dir: &std::path::Path) -> anyhow::Result<SocketAddr> {
+    let env = |_: &str| None;
+    let mut config = match upstream {
+        Some(addr) => {
+            let text = format!(
+                "[[providers]]\nid = \"bench\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\", \"s\"]\n[[connections]]\nid = \"bench-1\"\nprovider = \"bench\"\napi_key = \"sk-bench\"\n"
+            );
+            Config::from_toml_str(&text, &env, &[]).map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        None => Config::embedded(&env, &[]).map_err(|e| anyhow::anyhow!("{e}"))?,
+    };
+    if config.demo {
+        let demo = proxy::demo::start().await?;
+        for p in &mut config.providers {
+            if p.base_url == proxy::config::demo::BASE_URL {
+                p.base_url = format!("http://{demo}/v1");
+            }
+        }
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    let gw = build(config, http, Persistence::Dir(data_dir.to_owned()), proxy::clock::system_wall_ms(), 1)?;
+    tokio::spawn(proxy::serve::serve_gateway(gw, listener, std::future::pending()));
+    Ok(addr)
+}
+
+type PassBody = BoxBody<Bytes, hyper::Error>;
+
+/// A minimal HTTP/1 pass-through to `upstream`: what any proxy costs at the very least.
+pub async fn start_passthrough(upstream: SocketAddr) -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    let client: Client<HttpConnector, Incoming> = Client::builder(TokioExecutor::new()).build(http);
+    tokio::spawn(async move {
+        loop {
+            let Ok((io, _)) = listener.accept().await else { continue };
+            let _ = io.set_nodelay(true);
+            let client = client.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |mut req: hyper::Request<Incoming>| {
+                    let client = client.clone();
+                    async move {
+                        let pq = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
+                        *req.uri_mut() =
+                            format!("http://{upstream}{pq}").parse().map_err(|_| std::io::Error::other("bad uri"))?;
+                        let resp = client.request(req).await.map_err(std::io::Error::other)?;
+                        Ok::<_, std::io::Error>(resp.map(|b| b.boxed() as PassBody))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), svc).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Latency percentiles of one measurement, in microseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Latency {
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Requests completed.
+    pub ok: usize,
+    /// Requests failed.
+    pub failed: usize,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// One request and its full body.
+async fn one(client: &Client<HttpConnector, Full<Bytes>>, url: &str, body: &Bytes) -> bool {
+    let req = match hyper::Request::post(url).header("content-type", "application/json").body(Full::new(body.clone())) {
+        Ok(r) => r,
+        Err(_) => return false,
+    };
+    match client.request(req).await {
+        Ok(resp) if resp.status().is_success() => resp.into_body().collect().await.is_ok(),
+        _ => false,
+    }
+}
+
+/// The request body for model `model`.
+pub fn body(model: &str, stream: bool) -> Bytes {
+    Bytes::from(serde_json::json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "measure the overhead of this gateway"}]}).to_string())
+}
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).pool_max_idle_per_host(4096).build(http)
+}
+
+/// Open loop: requests start on a fixed schedule whatever the responses do, so a slow server
+/// cannot slow the sender down (no coordinated omission). Latency runs from the moment each
+/// request is actually sent: the timer's own wake-up lateness (up to a millisecond) belongs to
+/// the generator, not to the target.
+pub async fn open_loop(url: &str, body: Bytes, rps: u64, duration: Duration) -> Latency {
+    let client = client();
+    let n = (rps as f64 * duration.as_secs_f64()) as u64;
+    let interval = Duration::from_secs_f64(1.0 / rps as f64);
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let at = start + interval * i as u32;
+        tokio::time::sleep_until(at).await;
+        let (client, url, body) = (client.clone(), url.to_owned(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let sent = tokio::time::Instant::now();
+            let ok = one(&client, &url, &body).await;
+            (ok, sent.elapsed().as_secs_f64() * 1e6)
+        }));
+    }
+    summarize(tasks).await
+}
+
+/// Closed loop with `workers` concurrent clients for `duration`: the most requests per second
+/// the target sustains.
+pub async fn max_throughput(url: &str, body: Bytes, workers: usize, duration: Duration) -> f64 {
+    let client = client();
+    let deadline = tokio::time::Instant::now() + duration;
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (client, url, body, done) = (client.clone(), url.to_owned(), body.clone(), Arc::clone(&done));
+            tokio::spawn(async move {
+                while tokio::time::Instant::now() < deadline {
+                    if one(&client, &url, &body).await {
+                        done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    done.load(std::sync::atomic::Ordering::Relaxed) as f64 / duration.as_secs_f64()
+}
+
+async fn summarize(tasks: Vec<tokio::task::JoinHandle<(bool, f64)>>) -> Latency {
+    let mut lat = Vec::with_capacity(tasks.len());
+    let mut failed = 0;
+    for t in tasks {
+        match t.await {
+            Ok((true, us)) => lat.push(us),
+            _ => failed += 1,
+        }
+    }
+    lat.sort_by(f64::total_cmp);
+    Latency { p50_us: percentile(&lat, 0.5), p99_us: percentile(&lat, 0.99), ok: lat.len(), failed }
+}

@@ -1,2 +1,114 @@
-//! overhead
-fn main() {}
+//! The overhead benchmark: one request mix sent (a) straight to the scripted upstream, (b)
+//! through a minimal hyper pass-through, and (c) through ferroute, at fixed open-loop rates and
+//! at closed-loop maximum, JSON and SSE; all measured in one run, interleaved, on loopback.
+
+use clap::Parser;
+use load::{Latency, body, max_throughput, open_loop, start_gateway, start_passthrough};
+use scenarios::{Behaviour, Script, ScriptedUpstream, SseEvent, serve_upstream};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Measure ferroute's added latency and throughput against the bare upstream and a bare
+/// pass-through.
+#[derive(Parser, Debug)]
+#[command(name = "overhead", about)]
+struct Cli {
+    /// Fixed rates (requests per second).
+    #[arg(long, value_delimiter = ',', default_value = "500,1000,2000")]
+    rates: Vec<u64>,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Closed-loop workers for the maximum-throughput measurement.
+    #[arg(long, default_value_t = 64)]
+    workers: usize,
+}
+
+fn ms(us: f64) -> String {
+    format!("{:.2}", us / 1000.0)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let dur = Duration::from_secs_f64(cli.seconds);
+    let events: Vec<SseEvent> = (0..10)
+        .map(|i| SseEvent::text(0, &format!("token{i} ")))
+        .chain([SseEvent::usage(0), SseEvent::done(0)])
+        .collect();
+    let script = ScriptedUpstream::new()
+        .route("m", Script::always(Behaviour::echo()))
+        .route("s", Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let up = listener.local_addr()?;
+    tokio::spawn(serve_upstream(listener, Arc::new(script)));
+    let pass = start_passthrough(up).await?;
+    let data = std::env::temp_dir().join(format!("ferroute-overhead-{}", std::process::id()));
+    let gw = start_gateway(Some(up), &data).await?;
+    let targets = [
+        ("direct", format!("http://{up}/v1/chat/completions"), ""),
+        ("pass-through", format!("http://{pass}/v1/chat/completions"), ""),
+        ("ferroute", format!("http://{gw}/v1/chat/completions"), "bench/"),
+    ];
+    // Warm every path (connections, pools, allocator).
+    for (_, url, prefix) in &targets {
+        let _ = open_loop(url, body(&format!("{prefix}m"), false), 200, Duration::from_millis(500)).await;
+    }
+    println!(
+        "overhead benchmark: {} s per cell, open-loop at fixed rates; latency in ms from send to full body; all on loopback in one process\n",
+        cli.seconds
+    );
+    println!(
+        "{:<5} {:>5} | {:>13} | {:>13} | {:>13} | {:>15} | {:>13} | {:>13}",
+        "mode", "rps", "direct", "pass-through", "ferroute", "added vs direct", "x direct", "x pass"
+    );
+    println!(
+        "{:<5} {:>5} | {:>13} | {:>13} | {:>13} | {:>15} | {:>13} | {:>13}",
+        "", "", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99"
+    );
+    for (mode, stream) in [("json", false), ("sse", true)] {
+        let model = if stream { "s" } else { "m" };
+        for &rps in &cli.rates {
+            let mut got: Vec<Latency> = Vec::new();
+            for (_, url, prefix) in &targets {
+                got.push(open_loop(url, body(&format!("{prefix}{model}"), stream), rps, dur).await);
+            }
+            let (d, p, f) = (got[0], got[1], got[2]);
+            let failed: usize = got.iter().map(|l| l.failed).sum();
+            println!(
+                "{mode:<5} {rps:>5} | {:>5} / {:<5} | {:>5} / {:<5} | {:>5} / {:<5} | {:>6} / {:<6} | {:>5.2} / {:<5.2} | {:>5.2} / {:<5.2}{}",
+                ms(d.p50_us),
+                ms(d.p99_us),
+                ms(p.p50_us),
+                ms(p.p99_us),
+                ms(f.p50_us),
+                ms(f.p99_us),
+                ms(f.p50_us - d.p50_us),
+                ms(f.p99_us - d.p99_us),
+                f.p50_us / d.p50_us,
+                f.p99_us / d.p99_us,
+                f.p50_us / p.p50_us,
+                f.p99_us / p.p99_us,
+                if failed > 0 { format!("  ({failed} failed)") } else { String::new() }
+            );
+        }
+    }
+    println!("\nmaximum throughput, closed loop with {} workers:", cli.workers);
+    for (mode, stream) in [("json", false), ("sse", true)] {
+        let model = if stream { "s" } else { "m" };
+        let mut rps = Vec::new();
+        for (_, url, prefix) in &targets {
+            rps.push(max_throughput(url, body(&format!("{prefix}{model}"), stream), cli.workers, dur).await);
+        }
+        println!(
+            "{mode:<5} direct {:>8.0} rps | pass-through {:>8.0} rps | ferroute {:>8.0} rps | ferroute/direct {:.2} | ferroute/pass-through {:.2}",
+            rps[0],
+            rps[1],
+            rps[2],
+            rps[2] / rps[0],
+            rps[2] / rps[1]
+        );
+    }
+    let _ = std::fs::remove_dir_all(&data);
+    Ok(())
+}
