@@ -1,7 +1,6 @@
 //! The real `ferroute` binary as a child process: built once, started with its own config and
 //! data directory on a free loopback port, killed with SIGKILL or stopped with SIGTERM.
 
-use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -36,52 +35,45 @@ pub fn ferroute() -> Result<PathBuf, String> {
         .clone()
 }
 
-/// A free loopback port.
-pub fn free_port() -> io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// A running gateway process.
 pub struct Gateway {
     child: Child,
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, as the process announced it.
     pub base: String,
-    /// Its port.
-    pub port: u16,
     /// Its config file.
     pub config: PathBuf,
 }
 
 impl Gateway {
-    /// Starts `ferroute --config CONFIG --listen 127.0.0.1:PORT` and waits until it accepts.
-    pub async fn start(config: &Path, port: u16) -> Result<Gateway, String> {
+    /// Starts `ferroute --config CONFIG --listen 127.0.0.1:0` and reads the address it
+    /// announces on stdout (an ephemeral port: concurrent tests never race for one).
+    pub async fn start(config: &Path) -> Result<Gateway, String> {
         let bin = ferroute()?;
         let mut child = Command::new(bin)
             .args(["--config"])
             .arg(config)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--listen", "127.0.0.1:0"])
             .env("FERROUTE_LOG", "warn")
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| format!("cannot start ferroute: {e}"))?;
-        for _ in 0..400 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-                return Ok(Gateway {
-                    child,
-                    base: format!("http://127.0.0.1:{port}"),
-                    port,
-                    config: config.to_owned(),
-                });
+        let Some(stdout) = child.stdout.take() else { return Err("no stdout".into()) };
+        let announced = tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .find_map(|l| l.strip_prefix("ferroute listening on ").map(str::to_owned))
+        });
+        match tokio::time::timeout(Duration::from_secs(30), announced).await {
+            Ok(Ok(Some(base))) => Ok(Gateway { child, base, config: config.to_owned() }),
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(format!("ferroute did not announce its address: {other:?}"))
             }
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("ferroute exited early: {status}"));
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        let _ = child.kill();
-        let _ = child.wait();
-        Err("ferroute did not start listening".into())
     }
 
     /// The process id.

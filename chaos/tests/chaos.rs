@@ -1,7 +1,7 @@
 //! Chaos: the real `ferroute` binary against scripted upstreams behind a toxic middlebox, on
 //! real loopback sockets. Gated: `RUN_CHAOS_INT=1 cargo test -p chaos`.
 
-use chaos::binary::{Gateway, free_port};
+use chaos::binary::Gateway;
 use chaos::client::{breaker, chat, connection_status, health};
 use chaos::{Middlebox, enabled};
 use scenarios::{Behaviour, Script, ScriptedUpstream, SseEvent, Toxic, serve_upstream};
@@ -47,7 +47,7 @@ async fn the_breaker_opens_on_a_down_upstream_and_recovers_after_the_reset() {
             provider("a", mb.addr(), "")
         ),
     );
-    let gw = Gateway::start(&cfg, free_port().expect("port")).await.expect("gateway");
+    let gw = Gateway::start(&cfg).await.expect("gateway");
     mb.set(vec![Toxic::Down]).await.expect("down");
     for _ in 0..3 {
         let r = chat(&gw.base, "a/m", false).await.expect("response");
@@ -83,7 +83,7 @@ async fn a_503_is_recoverable_and_falls_back_to_a_healthy_connection() {
         provider("a", bad, ""),
         provider("b", good, "")
     );
-    let gw = Gateway::start(&write_config(&dir, &body), free_port().expect("port")).await.expect("gateway");
+    let gw = Gateway::start(&write_config(&dir, &body)).await.expect("gateway");
     let r = chat(&gw.base, "pair", false).await.expect("response");
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("x-ferroute-selected-connection-id"), Some("b1"));
@@ -102,12 +102,8 @@ async fn a_misreported_403_is_restated_end_to_end() {
     )
     .await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let gw = Gateway::start(
-        &write_config(&dir, &provider("gw", addr, "profile = \"agentrouter\"")),
-        free_port().expect("port"),
-    )
-    .await
-    .expect("gateway");
+    let gw =
+        Gateway::start(&write_config(&dir, &provider("gw", addr, "profile = \"agentrouter\""))).await.expect("gateway");
     let r = chat(&gw.base, "gw/m", false).await.expect("response");
     assert_eq!(r.status, 429, "{}", r.body);
     assert_eq!(r.header("retry-after"), Some("60"));
@@ -129,7 +125,7 @@ async fn the_watchdog_aborts_a_slow_stream() {
         "{}[resilience.throughput_watchdog]\nenabled = true\nwarmup_ms = 0\nwindow_ms = 1000\nmin_bytes_per_second = 10\n",
         provider("a", addr, "")
     );
-    let gw = Gateway::start(&write_config(&dir, &body), free_port().expect("port")).await.expect("gateway");
+    let gw = Gateway::start(&write_config(&dir, &body)).await.expect("gateway");
     let r = chat(&gw.base, "a/m", true).await.expect("response");
     assert_eq!(r.status, 200);
     assert_eq!(r.error_code().as_deref(), Some("STREAM_THROUGHPUT_TOO_LOW"), "{}", r.body);
@@ -157,7 +153,7 @@ async fn every_request_gets_one_well_formed_response_under_every_toxic() {
         provider("a", mb.addr(), "start_timeout_ms = 1500"),
         provider("b", b_addr, "")
     );
-    let gw = Gateway::start(&write_config(&dir, &body), free_port().expect("port")).await.expect("gateway");
+    let gw = Gateway::start(&write_config(&dir, &body)).await.expect("gateway");
     let toxics = [
         vec![Toxic::Latency { ms: 150 }],
         vec![Toxic::Bandwidth { bytes_per_second: 4_000 }],
@@ -214,7 +210,7 @@ async fn kill_9_in_the_middle_of_load_keeps_breaker_and_cooldown_state() {
         provider("b", b_addr, "")
     );
     let cfg = write_config(&dir, &body);
-    let gw = Gateway::start(&cfg, free_port().expect("port")).await.expect("gateway");
+    let gw = Gateway::start(&cfg).await.expect("gateway");
     let base = gw.base.clone();
     // Load in the background while the state changes.
     let load: Vec<_> = (0..40)
@@ -240,7 +236,7 @@ async fn kill_9_in_the_middle_of_load_keeps_breaker_and_cooldown_state() {
     for l in load {
         let _ = l.await;
     }
-    let gw = Gateway::start(&cfg, free_port().expect("port")).await.expect("restart");
+    let gw = Gateway::start(&cfg).await.expect("restart");
     let h = health(&gw.base).await.expect("health");
     assert_eq!(breaker(&h, "a"), "OPEN", "{h}");
     assert_eq!(connection_status(&h, "b1"), "unavailable", "{h}");

@@ -2,7 +2,7 @@
 //! the gateway's RSS must stay under a ceiling and come back to its warm baseline.
 //! Gated: `RUN_CHAOS_INT=1 cargo test -p chaos`.
 
-use chaos::binary::{Gateway, free_port};
+use chaos::binary::Gateway;
 use chaos::client::chat;
 use chaos::enabled;
 use scenarios::{Behaviour, Script, ScriptedUpstream, SseEvent, serve_upstream};
@@ -53,7 +53,7 @@ async fn five_hundred_streams_do_not_grow_the_heap() {
         dir.path().join("data").display()
     );
     std::fs::write(&cfg, text).expect("config");
-    let gw = Gateway::start(&cfg, free_port().expect("port")).await.expect("gateway");
+    let gw = Gateway::start(&cfg).await.expect("gateway");
     let before = gw.rss_kib().expect("rss");
     let mut peak = before;
     // Warm-up in the same shape as the run, so the allocator has reached its working set.

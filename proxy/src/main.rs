@@ -134,9 +134,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let data_dir = PathBuf::from(&config.server.data_dir);
     let gw = build(config, https_connector(), Persistence::Dir(data_dir.clone()), system_wall_ms(), system_wall_ms())
         .with_context(|| format!("cannot open the state store in {}", data_dir.display()))?;
-    tracing::info!(%listen, data_dir = %data_dir.display(), "ferroute listening");
+    let local = gw_addr(&listener, listen);
+    tracing::info!(listen = %local, data_dir = %data_dir.display(), "ferroute listening");
+    // One machine-readable line on stdout, so that scripts and tests can use port 0.
+    println!("ferroute listening on http://{local}");
     serve_gateway(gw, listener, shutdown_signal()).await;
     Ok(())
+}
+
+fn gw_addr(listener: &tokio::net::TcpListener, configured: std::net::SocketAddr) -> std::net::SocketAddr {
+    listener.local_addr().unwrap_or(configured)
 }
 
 async fn shutdown_signal() {

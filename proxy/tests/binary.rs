@@ -8,10 +8,6 @@ use scenarios::{Behaviour, Script, ScriptedUpstream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-}
-
 struct Proc {
     child: Child,
     base: String,
@@ -24,26 +20,34 @@ impl Drop for Proc {
     }
 }
 
-async fn spawn(args: &[&str], cwd: &std::path::Path, port: u16) -> Proc {
+/// Starts ferroute on an ephemeral port (`--listen 127.0.0.1:0`) and reads the address it
+/// announces on stdout, so concurrent tests never race for a port.
+async fn spawn(args: &[&str], cwd: &std::path::Path) -> Proc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferroute"))
         .args(args)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--listen", "127.0.0.1:0"])
         .current_dir(cwd)
         .env("FERROUTE_LOG", "warn")
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn ferroute");
-    let base = format!("http://127.0.0.1:{port}");
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Proc { child, base };
+    let stdout = child.stdout.take().expect("stdout");
+    let line = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("ferroute listening on ").map(str::to_owned))
+    });
+    match tokio::time::timeout(Duration::from_secs(20), line).await {
+        Ok(Ok(Some(base))) => Proc { child, base },
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ferroute did not announce its address: {other:?}");
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("ferroute did not start listening on {port}");
 }
 
 async fn state_of(base: &str, provider_id: &str) -> String {
@@ -81,15 +85,13 @@ async fn breaker_and_cooldown_state_survive_kill_9_and_sigterm() {
 
     // A 429 cools k1 (account level); then a 503 would open the breaker, but k1 is cooling,
     // so use the cooldown first and the breaker on a second run.
-    let port = free_port();
-    let p = spawn(&["--config", &cfg_arg], dir.path(), port).await;
+    let p = spawn(&["--config", &cfg_arg], dir.path()).await;
     assert_eq!(chat_at(&p.base, "up/limited").await.status, 429);
     let h = send("GET", &format!("{}/api/monitoring/health", p.base), &[], "").await.json();
     assert_eq!(connection(&h, "k1")["status"], "unavailable");
     drop(p); // SIGKILL: no chance to flush
 
-    let port = free_port();
-    let mut p = spawn(&["--config", &cfg_arg], dir.path(), port).await;
+    let mut p = spawn(&["--config", &cfg_arg], dir.path()).await;
     let h = send("GET", &format!("{}/api/monitoring/health", p.base), &[], "").await.json();
     assert_eq!(connection(&h, "k1")["status"], "unavailable", "the cooldown survived kill -9: {h}");
     assert_eq!(connection(&h, "k1")["last_error_type"], "rate_limit_exceeded");
@@ -109,13 +111,11 @@ async fn breaker_and_cooldown_state_survive_kill_9_and_sigterm() {
 
     // Reset the key by hand in a fresh store, then trip the breaker and kill -9 again.
     std::fs::remove_dir_all(dir.path().join("data")).expect("clear data");
-    let port = free_port();
-    let p = spawn(&["--config", &cfg_arg], dir.path(), port).await;
+    let p = spawn(&["--config", &cfg_arg], dir.path()).await;
     assert_eq!(chat_at(&p.base, "up/down").await.status, 503);
     assert_eq!(state_of(&p.base, "up").await, "OPEN");
     drop(p);
-    let port = free_port();
-    let p = spawn(&["--config", &cfg_arg], dir.path(), port).await;
+    let p = spawn(&["--config", &cfg_arg], dir.path()).await;
     assert_eq!(state_of(&p.base, "up").await, "OPEN", "the open breaker survived kill -9");
     let r = chat_at(&p.base, "up/down").await;
     assert_eq!(r.json()["error"]["code"], "provider_circuit_open");
@@ -125,8 +125,7 @@ async fn breaker_and_cooldown_state_survive_kill_9_and_sigterm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_no_config_the_demo_answers() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let p = spawn(&[], dir.path(), port).await;
+    let p = spawn(&[], dir.path()).await;
     let r = chat_at(&p.base, "demo/echo").await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["choices"][0]["message"]["content"], "hi");

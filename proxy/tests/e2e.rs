@@ -464,7 +464,14 @@ async fn graceful_shutdown_lets_an_in_flight_stream_finish() {
     let inflight = tokio::spawn(async move {
         send("POST", &url, &[], r#"{"model":"up/m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#).await
     });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Stop once the stream is under way.
+    for _ in 0..400 {
+        if gw.gw.metrics.streams_started.get() >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(gw.gw.metrics.streams_started.get(), 1, "the stream started");
     gw.signal_stop();
     let r = inflight.await.expect("join");
     assert_eq!(r.status, 200);
