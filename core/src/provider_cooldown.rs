@@ -262,4 +262,38 @@ mod tests {
         t.sweep(now + MIN(31), &c);
         assert!(t.is_empty());
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn window_gate_and_backoff_invariants(ops in proptest::collection::vec((0u64..120_000, 0u8..4), 1..150)) {
+                let start = t0();
+                let c = cfg();
+                let mut t = ProviderCooldownTracker::new();
+                let mut now = start;
+                // Reference model: provider failure times since the last success.
+                let mut failures: Vec<Instant> = Vec::new();
+                for (gap, op) in ops {
+                    now += Duration::from_millis(gap);
+                    match op {
+                        0 | 1 => { t.record_failure(now, &c, API, "p", None); failures.push(now); }
+                        2 => t.record_failure(now, &c, API, "p", Some("k")),
+                        _ => { t.record_success("p", None); failures.clear(); }
+                    }
+                    let (threshold, window, cooldown) = c.windows[0];
+                    let in_window = failures.iter().filter(|f| now.saturating_duration_since(**f) <= window).count();
+                    let remaining = t.remaining(now, &c, API, "p", None);
+                    if in_window < threshold as usize {
+                        prop_assert_eq!(remaining, Duration::ZERO, "cooling below the threshold");
+                    }
+                    prop_assert!(remaining <= cooldown);
+                    let conn = t.remaining(now, &c, API, "p", Some("k"));
+                    prop_assert!(conn <= c.max_retry, "connection backoff past its cap");
+                }
+            }
+        }
+    }
 }
