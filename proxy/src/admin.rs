@@ -11,6 +11,23 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::Connect;
 use std::sync::Arc;
 
+/// One model lockout as the health JSON and the model-cooldowns API show it.
+fn lockout_json(
+    clock: &crate::clock::Clock,
+    l: &ferroute_core::lockout::LockoutEntry,
+    now: std::time::Instant,
+) -> serde_json::Value {
+    serde_json::json!({
+        "provider": l.provider,
+        "connection": l.connection,
+        "model": l.model,
+        "reason": l.reason.as_str(),
+        "expires_at": rfc3339(clock.wall_ms(l.until)),
+        "remaining_ms": ms(l.until.saturating_duration_since(now)),
+        "failure_count": l.failure_count,
+    })
+}
+
 /// `GET /api/monitoring/health`.
 pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
     let now = gw.clock.now();
@@ -47,22 +64,8 @@ pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Re
                 })
             })
             .collect();
-        let lockouts: Vec<serde_json::Value> = e
-            .lockouts()
-            .list(now)
-            .into_iter()
-            .map(|l| {
-                serde_json::json!({
-                    "provider": l.provider,
-                    "connection": l.connection,
-                    "model": l.model,
-                    "reason": l.reason.as_str(),
-                    "expires_at": rfc3339(gw.clock.wall_ms(l.until)),
-                    "remaining_ms": ms(l.until.saturating_duration_since(now)),
-                    "failure_count": l.failure_count,
-                })
-            })
-            .collect();
+        let lockouts: Vec<serde_json::Value> =
+            e.lockouts().list(now).into_iter().map(|l| lockout_json(&gw.clock, &l, now)).collect();
         (providers, connections, lockouts)
     });
     let queues: Vec<serde_json::Value> = gw
@@ -97,23 +100,8 @@ pub fn reset<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Res
 /// `GET /api/resilience/model-cooldowns`.
 pub fn list_lockouts<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
     let now = gw.clock.now();
-    let items: Vec<serde_json::Value> = gw.with_engine(|e| {
-        e.lockouts()
-            .list(now)
-            .into_iter()
-            .map(|l| {
-                serde_json::json!({
-                    "provider": l.provider,
-                    "connection": l.connection,
-                    "model": l.model,
-                    "reason": l.reason.as_str(),
-                    "expires_at": rfc3339(gw.clock.wall_ms(l.until)),
-                    "remaining_ms": ms(l.until.saturating_duration_since(now)),
-                    "failure_count": l.failure_count,
-                })
-            })
-            .collect()
-    });
+    let items: Vec<serde_json::Value> =
+        gw.with_engine(|e| e.lockouts().list(now).into_iter().map(|l| lockout_json(&gw.clock, &l, now)).collect());
     json_response(200, serde_json::json!({ "items": items }).to_string())
 }
 
