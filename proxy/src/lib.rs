@@ -84,12 +84,33 @@ where
     Ok(())
 }
 
-/// The production connector: HTTP and HTTPS (rustls with the webpki roots, so no system
-/// certificate store is needed).
-pub fn https_connector() -> hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector> {
+/// The production connector: HTTP and HTTPS (rustls on the ring provider, with the webpki
+/// roots, so no system certificate store is needed). The provider is named explicitly: when
+/// another crate in the build enables rustls's aws-lc-rs feature too, rustls cannot pick one
+/// by itself and would panic.
+pub fn https_connector()
+-> anyhow::Result<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>> {
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(std::time::Duration::from_secs(10)));
-    hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots().https_or_http().enable_http1().wrap_connector(http)
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| anyhow::anyhow!("TLS setup failed: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_https_connector_builds_whatever_rustls_features_are_unified() {
+        assert!(super::https_connector().is_ok());
+    }
 }

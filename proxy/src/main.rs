@@ -132,7 +132,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let data_dir = PathBuf::from(&config.server.data_dir);
-    let gw = build(config, https_connector(), Persistence::Dir(data_dir.clone()), system_wall_ms(), system_wall_ms())
+    let gw = build(config, https_connector()?, Persistence::Dir(data_dir.clone()), system_wall_ms(), system_wall_ms())
         .with_context(|| format!("cannot open the state store in {}", data_dir.display()))?;
     let local = gw_addr(&listener, listen);
     tracing::info!(listen = %local, data_dir = %data_dir.display(), "ferroute listening");
