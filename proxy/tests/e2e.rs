@@ -375,6 +375,10 @@ async fn bad_input_gets_a_clear_4xx() {
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("missing_model")));
     let r = send("POST", &url, &[], r#"{"model":"up/m"}"#).await;
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("missing_messages")));
+    let r = send("POST", &url, &[], r#"{"model":"up/","messages":[]}"#).await;
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (404, Some("model_not_found")));
+    let r = send("POST", &url, &[], r#"{"model":"up/m","stream":"yes","messages":[]}"#).await;
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("invalid_stream")));
     let r = send("POST", &url, &[], r#"{"model":"nope/x","messages":[]}"#).await;
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (404, Some("model_not_found")));
     let big = format!(r#"{{"model":"up/m","messages":[{{"role":"user","content":"{}"}}]}}"#, "x".repeat(4096));
