@@ -290,7 +290,12 @@ impl ConnectionState {
         // Reuse the stored message's buffer: failures are the hot path under an outage.
         let mut buf = self.last_error.take().unwrap_or_default();
         buf.clear();
-        let end = message.char_indices().nth(500).map_or(message.len(), |(i, _)| i);
+        // At most 500 characters; a message of at most 500 bytes needs no counting.
+        let end = if message.len() <= 500 {
+            message.len()
+        } else {
+            message.char_indices().nth(500).map_or(message.len(), |(i, _)| i)
+        };
         buf.push_str(&message[..end]);
         self.last_error = Some(buf);
         self.last_error_type = Some(decision.reason);

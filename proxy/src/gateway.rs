@@ -233,7 +233,9 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         }
         let (provider, upstream_model) = match model.split_once('/') {
             Some((p, m)) if cfg.provider(p).is_some() && !m.trim().is_empty() => (p.to_owned(), m.to_owned()),
-            Some((p, _)) if cfg.provider(p).is_some() => return Err(format!("model {model:?} names provider {p:?} but no model after the '/'")),
+            Some((p, _)) if cfg.provider(p).is_some() => {
+                return Err(format!("model {model:?} names provider {p:?} but no model after the '/'"));
+            }
             _ => match cfg.providers.iter().find(|p| p.models.iter().any(|m| m == model)) {
                 Some(p) => (p.id.clone(), model.to_owned()),
                 None => {
