@@ -1,11 +1,11 @@
 //! The real `ferroute` binary as a process: state survives `kill -9` and SIGTERM, and the
 //! embedded default serves the demo provider with no config.
 
-mod common;
-
-use common::*;
-use scenarios::{Behaviour, Script, ScriptedUpstream};
+use chaos::client::{Reply, breaker, connection_status, health, send};
+use scenarios::{Behaviour, Script, ScriptedUpstream, serve_upstream};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 struct Proc {
@@ -50,24 +50,39 @@ async fn spawn(args: &[&str], cwd: &std::path::Path) -> Proc {
     }
 }
 
+async fn upstream(script: ScriptedUpstream) -> (SocketAddr, Arc<ScriptedUpstream>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let addr = listener.local_addr().expect("addr");
+    let script = Arc::new(script);
+    tokio::spawn(serve_upstream(listener, Arc::clone(&script)));
+    (addr, script)
+}
+
 async fn state_of(base: &str, provider_id: &str) -> String {
-    let h = send("GET", &format!("{base}/api/monitoring/health"), &[], "").await.json();
-    provider(&h, provider_id)["state"].as_str().unwrap_or("").to_owned()
+    breaker(&health(base).await.expect("health"), provider_id)
 }
 
 async fn chat_at(base: &str, model: &str) -> Reply {
-    send(
-        "POST",
-        &format!("{base}/v1/chat/completions"),
-        &[],
-        &serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string(),
-    )
-    .await
+    let body = serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    send("POST", &format!("{base}/v1/chat/completions"), &[], &body, Duration::from_secs(30)).await.expect("response")
+}
+
+fn json(r: &Reply) -> serde_json::Value {
+    r.json().unwrap_or_else(|| panic!("not JSON: {}", r.body))
+}
+
+fn last_error_type(h: &serde_json::Value, id: &str) -> String {
+    h["connections"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["id"] == id))
+        .and_then(|c| c["last_error_type"].as_str())
+        .unwrap_or("")
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn breaker_and_cooldown_state_survive_kill_9_and_sigterm() {
-    let up = upstream(
+    let (up_addr, up) = upstream(
         ScriptedUpstream::new()
             .route("down", Script::always(Behaviour::status(503, "{}")))
             .route("limited", Script::always(Behaviour::status_with(429, &[("retry-after", "120")], "{}"))),
@@ -77,7 +92,7 @@ async fn breaker_and_cooldown_state_survive_kill_9_and_sigterm() {
     let cfg = format!(
         "[server]\ndata_dir = \"{}\"\n[[providers]]\nid = \"up\"\nbase_url = \"http://{}/v1\"\nmodels = [\"down\", \"limited\"]\n[[connections]]\nid = \"k1\"\nprovider = \"up\"\napi_key = \"sk-1\"\n[resilience.breaker.api_key]\nfailure_threshold = 1\ndegradation_threshold = 1\nreset_timeout_ms = 600000\n",
         dir.path().join("data").display(),
-        up.addr
+        up_addr
     );
     let cfg_path = dir.path().join("ferroute.toml");
     std::fs::write(&cfg_path, cfg).expect("write config");
@@ -87,14 +102,14 @@ async fn breaker_and_cooldown_state_survive_kill_9_and_sigterm() {
     // so use the cooldown first and the breaker on a second run.
     let p = spawn(&["--config", &cfg_arg], dir.path()).await;
     assert_eq!(chat_at(&p.base, "up/limited").await.status, 429);
-    let h = send("GET", &format!("{}/api/monitoring/health", p.base), &[], "").await.json();
-    assert_eq!(connection(&h, "k1")["status"], "unavailable");
+    let h = health(&p.base).await.expect("health");
+    assert_eq!(connection_status(&h, "k1"), "unavailable");
     drop(p); // SIGKILL: no chance to flush
 
     let mut p = spawn(&["--config", &cfg_arg], dir.path()).await;
-    let h = send("GET", &format!("{}/api/monitoring/health", p.base), &[], "").await.json();
-    assert_eq!(connection(&h, "k1")["status"], "unavailable", "the cooldown survived kill -9: {h}");
-    assert_eq!(connection(&h, "k1")["last_error_type"], "rate_limit_exceeded");
+    let h = health(&p.base).await.expect("health");
+    assert_eq!(connection_status(&h, "k1"), "unavailable", "the cooldown survived kill -9: {h}");
+    assert_eq!(last_error_type(&h, "k1"), "rate_limit_exceeded");
     // Graceful stop on SIGTERM exits 0.
     let pid = p.child.id().to_string();
     let status = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
@@ -118,8 +133,8 @@ async fn breaker_and_cooldown_state_survive_kill_9_and_sigterm() {
     let p = spawn(&["--config", &cfg_arg], dir.path()).await;
     assert_eq!(state_of(&p.base, "up").await, "OPEN", "the open breaker survived kill -9");
     let r = chat_at(&p.base, "up/down").await;
-    assert_eq!(r.json()["error"]["code"], "provider_circuit_open");
-    assert_eq!(up.script.calls("down"), 1);
+    assert_eq!(json(&r)["error"]["code"], "provider_circuit_open");
+    assert_eq!(up.calls("down"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,11 +143,11 @@ async fn with_no_config_the_demo_answers() {
     let p = spawn(&[], dir.path()).await;
     let r = chat_at(&p.base, "demo/echo").await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(r.json()["choices"][0]["message"]["content"], "hi");
-    let h = send("GET", &format!("{}/api/monitoring/health", p.base), &[], "").await.json();
-    assert_eq!(provider(&h, "demo")["state"], "CLOSED");
+    assert_eq!(json(&r)["choices"][0]["message"]["content"], "hi");
+    assert_eq!(state_of(&p.base, "demo").await, "CLOSED");
     assert!(dir.path().join("ferroute-data").join("state.db").exists(), "state in ./ferroute-data/state.db");
-    let models = send("GET", &format!("{}/v1/models", p.base), &[], "").await.json();
+    let models =
+        json(&send("GET", &format!("{}/v1/models", p.base), &[], "", Duration::from_secs(10)).await.expect("models"));
     let ids: Vec<&str> =
         models["data"].as_array().map(|a| a.iter().filter_map(|m| m["id"].as_str()).collect()).unwrap_or_default();
     assert!(ids.contains(&"demo/echo") && ids.contains(&"demo/flaky"), "{ids:?}");

@@ -1,0 +1,1 @@
+//! Ferroute's cross-crate end-to-end tests live in `tests/`; this library is empty on purpose.
