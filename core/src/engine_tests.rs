@@ -217,3 +217,47 @@ fn recheck_stops_a_ticket_whose_connection_started_cooling() {
     e.record(now, &c[i], "openai", t, upstream(429, "slow down"), false, false, None);
     assert_eq!(e.recheck(now, &c[0], waiting).map(|x| x.0), Some(ExclusionReason::Unavailable));
 }
+
+#[test]
+fn refusals_follow_the_exclusions() {
+    let c = cands(&["k1", "k2"]);
+    let ex = |reason, secs| Exclusion { index: 0, reason, retry_after: S(secs) };
+    let two = |a: Exclusion, b: Exclusion| vec![a, Exclusion { index: 1, ..b }];
+    let banned = ExclusionReason::Terminal(TerminalState::Banned);
+    assert_eq!(refusal(&c, &two(ex(banned, 0), ex(banned, 0)), false), Refusal::AllTerminal);
+    assert_eq!(
+        refusal(&c, &two(ex(ExclusionReason::CircuitOpen, 9), ex(ExclusionReason::CircuitOpen, 4)), true),
+        Refusal::CircuitOpen { retry_after: S(4) }
+    );
+    assert_eq!(
+        refusal(&c, &two(ex(ExclusionReason::Unavailable, 7), ex(banned, 0)), false),
+        Refusal::ConnectionsCooling { retry_after: S(7) }
+    );
+    assert_eq!(
+        refusal(&c, &two(ex(ExclusionReason::Unavailable, 7), ex(ExclusionReason::ModelLockout, 3)), true),
+        Refusal::AllCooling { retry_after: S(3) },
+        "a combo says every target is cooling"
+    );
+    // Two providers' breakers open: not one provider's fault.
+    let mixed = vec![
+        Candidate { provider: "a", class: ProviderClass::ApiKey, connection: "a1", model: "m", family: None },
+        Candidate { provider: "b", class: ProviderClass::ApiKey, connection: "b1", model: "m", family: None },
+    ];
+    assert_eq!(
+        refusal(&mixed, &two(ex(ExclusionReason::CircuitOpen, 9), ex(ExclusionReason::CircuitOpen, 5)), true),
+        Refusal::AllCooling { retry_after: S(5) }
+    );
+    assert_eq!(
+        refusal(&c, &two(ex(ExclusionReason::Skipped, 0), ex(ExclusionReason::Skipped, 0)), false),
+        Refusal::NoExecutable
+    );
+    // A retry-after under a second is reported as one second.
+    assert_eq!(
+        refusal(
+            &c,
+            &[Exclusion { index: 0, reason: ExclusionReason::Unavailable, retry_after: Duration::from_millis(300) }],
+            false
+        ),
+        Refusal::ConnectionsCooling { retry_after: S(1) }
+    );
+}

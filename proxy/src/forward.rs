@@ -10,7 +10,7 @@ use bytes::Bytes;
 use ferroute_core::admission::{FailMode, QueueLimits};
 use ferroute_core::breaker::Ticket;
 use ferroute_core::classify::Decision;
-use ferroute_core::engine::{AttemptOutcome, Candidate, Exclusion, ExclusionReason, Selection};
+use ferroute_core::engine::{AttemptOutcome, Candidate, Exclusion, ExclusionReason, Refusal, Selection, refusal};
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -204,89 +204,73 @@ fn failure_error(f: Failure) -> ProxyError {
     e
 }
 
-/// The answer when nothing is eligible and nothing was tried.
+/// The answer when nothing is eligible and nothing was tried: the core chooses the refusal,
+/// this turns it into a status and a body.
 fn no_target<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, plan: &Plan, ex: &[Exclusion]) -> ProxyError {
+    let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
     let relevant: Vec<&Exclusion> = ex.iter().filter(|e| e.reason != ExclusionReason::Skipped).collect();
-    let min_wait =
-        relevant.iter().filter(|e| e.reason.is_timer() && !e.retry_after.is_zero()).map(|e| e.retry_after).min();
-    let describe = |e: &Exclusion| {
-        let (p, c) = gw.parts(&plan.targets[e.index]);
-        serde_json::json!({
-            "target": format!("{}/{}", p.id, plan.targets[e.index].model),
-            "connection": c.id,
-            "reason": e.reason.as_str(),
-            "retry_after_s": e.retry_after.as_secs_f64().ceil() as u64,
-        })
+    let provider = relevant.first().map(|e| gw.parts(&plan.targets[e.index]).0.id.clone()).unwrap_or_default();
+    let diagnostics = || {
+        let excluded: Vec<serde_json::Value> = relevant
+            .iter()
+            .map(|e| {
+                let (p, c) = gw.parts(&plan.targets[e.index]);
+                serde_json::json!({
+                    "target": format!("{}/{}", p.id, plan.targets[e.index].model),
+                    "connection": c.id,
+                    "reason": e.reason.as_str(),
+                    "retry_after_s": e.retry_after.as_secs_f64().ceil() as u64,
+                })
+            })
+            .collect();
+        serde_json::json!({ "excluded": excluded })
     };
-    let provider_of = |e: &Exclusion| gw.parts(&plan.targets[e.index]).0.id.clone();
-    if !relevant.is_empty() && relevant.iter().all(|e| matches!(e.reason, ExclusionReason::Terminal(_))) {
-        let kinds: BTreeSet<&str> = relevant.iter().map(|e| e.reason.as_str()).collect();
-        return ProxyError::new(
-            Source::Upstream,
-            401,
-            "connections_unavailable",
-            format!(
-                "all {} connection(s) are unusable ({}) until their credentials change or an operator resets them",
-                relevant.len(),
-                kinds.into_iter().collect::<Vec<_>>().join(", ")
-            ),
-        )
-        .with("provider", provider_of(relevant[0]).into());
-    }
-    let one_provider = relevant.iter().map(|e| plan.targets[e.index].provider).collect::<BTreeSet<_>>().len() == 1;
-    if !relevant.is_empty() && relevant.iter().all(|e| e.reason == ExclusionReason::CircuitOpen) && one_provider {
-        let p = provider_of(relevant[0]);
-        let wait = relevant.iter().map(|e| e.retry_after).min().unwrap_or(Duration::ZERO).max(Duration::from_secs(1));
-        return ProxyError::new(
+    match refusal(&cands, ex, plan.combo) {
+        Refusal::AllTerminal => {
+            let kinds: BTreeSet<&str> = relevant.iter().map(|e| e.reason.as_str()).collect();
+            let kinds = kinds.into_iter().collect::<Vec<_>>().join(", ");
+            let n = relevant.len();
+            ProxyError::new(
+                Source::Upstream,
+                401,
+                "connections_unavailable",
+                format!("all {n} connection(s) are unusable ({kinds}) until their credentials change or an operator resets them"),
+            )
+            .with("provider", provider.into())
+        }
+        Refusal::CircuitOpen { retry_after } => ProxyError::new(
             Source::Upstream,
             503,
             "provider_circuit_open",
-            format!("Provider {p} circuit breaker is open"),
+            format!("Provider {provider} circuit breaker is open"),
         )
-        .retry_after(Some(wait))
-        .with("provider", p.into())
-        .header("x-ferroute-provider-breaker", "open");
-    }
-    if !plan.combo
-        && !relevant.is_empty()
-        && relevant.iter().all(|e| {
-            matches!(
-                e.reason,
-                ExclusionReason::Unavailable
-                    | ExclusionReason::ModelLockout
-                    | ExclusionReason::Terminal(_)
-                    | ExclusionReason::ProviderCooldown
-            )
-        })
-    {
-        let p = provider_of(relevant[0]);
-        return ProxyError::new(
+        .retry_after(Some(retry_after))
+        .with("provider", provider.into())
+        .header("x-ferroute-provider-breaker", "open"),
+        Refusal::ConnectionsCooling { retry_after } => ProxyError::new(
             Source::Upstream,
             429,
             "all_connections_cooling_down",
-            format!("every connection of {p} is cooling down"),
+            format!("every connection of {provider} is cooling down"),
         )
-        .retry_after(min_wait.or(Some(Duration::from_secs(1))))
-        .with("provider", p.into())
-        .with(
-            "diagnostics",
-            serde_json::json!({ "excluded": relevant.iter().map(|e| describe(e)).collect::<Vec<_>>() }),
-        );
-    }
-    if relevant.iter().any(|e| e.reason.is_timer()) {
-        return ProxyError::new(
+        .retry_after(Some(retry_after))
+        .with("provider", provider.into())
+        .with("diagnostics", diagnostics()),
+        Refusal::AllCooling { retry_after } => ProxyError::new(
             Source::Upstream,
             503,
             "all_targets_cooling_down",
             format!("every target of {} is cooling down", plan.key),
         )
-        .retry_after(min_wait.or(Some(Duration::from_secs(1))))
-        .with(
-            "diagnostics",
-            serde_json::json!({ "excluded": relevant.iter().map(|e| describe(e)).collect::<Vec<_>>() }),
-        );
+        .retry_after(Some(retry_after))
+        .with("diagnostics", diagnostics()),
+        Refusal::NoExecutable => ProxyError::new(
+            Source::Upstream,
+            404,
+            "no_executable_targets",
+            format!("no target of {} can run", plan.key),
+        ),
     }
-    ProxyError::new(Source::Upstream, 404, "no_executable_targets", format!("no target of {} can run", plan.key))
 }
 
 /// One attempt's resilience bookkeeping; if dropped before an outcome is recorded (the client
