@@ -59,6 +59,10 @@ pub async fn run(o: &SoakOptions) -> anyhow::Result<SoakReport> {
     if !is_loopback(&o.url) {
         anyhow::bail!("the soak only targets loopback; got {}", o.url);
     }
+    // Goose reads a run time of 0 as "no limit": a soak must always end by itself.
+    if o.seconds == 0 || o.users == 0 {
+        anyhow::bail!("the soak needs at least 1 second and 1 user (got {} s, {} users)", o.seconds, o.users);
+    }
     let result = GooseAttack::initialize_with_config(GooseConfiguration::default())?
         .register_scenario(scenario!("health").register_transaction(transaction!(health)))
         .set_default(GooseDefault::Host, o.url.as_str())?

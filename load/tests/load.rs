@@ -40,6 +40,22 @@ async fn the_thirty_second_soak() {
     assert!(r.passed(), "{:?}", r.thresholds);
 }
 
+#[tokio::test]
+async fn a_soak_that_would_never_end_is_refused() {
+    let opts = SoakOptions {
+        url: "http://127.0.0.1:1".into(),
+        seconds: 0,
+        users: 1,
+        p95_ms: 1,
+        max_error_rate: 1.0,
+        report: "x.html".into(),
+    };
+    let err = run(&opts).await.expect_err("0 s would run forever");
+    assert!(err.to_string().contains("at least 1 second"), "{err}");
+    let far = SoakOptions { url: "http://10.1.2.3:8787".into(), seconds: 1, ..opts };
+    assert!(run(&far).await.is_err());
+}
+
 #[test]
 fn only_loopback_is_a_target() {
     assert!(is_loopback("http://127.0.0.1:8787"));

@@ -389,10 +389,14 @@ impl Config {
                 }
             }
         }
+        let mut combos = BTreeSet::new();
         for (i, c) in self.combos.iter().enumerate() {
             let f = |x: &str| format!("combos[{i}].{x}");
             if c.name.trim().is_empty() {
                 errors.push(err(f("name"), "must not be empty"));
+            }
+            if !combos.insert(c.name.clone()) {
+                errors.push(err(f("name"), format!("duplicate combo name {:?}", c.name)));
             }
             if !matches!(c.strategy.as_str(), "priority" | "round-robin" | "random") {
                 errors.push(err(

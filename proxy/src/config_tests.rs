@@ -106,6 +106,9 @@ max_concurrent = 0
 name = "x"
 strategy = "weighted"
 targets = ["missing/model", "nomodel"]
+[[combos]]
+name = "x"
+targets = ["dup/m"]
 [resilience.model_lockout]
 base_cooldown_ms = -1
 "#,
@@ -122,6 +125,7 @@ base_cooldown_ms = -1
         "connections[1].max_concurrent",
         "combos[0].strategy",
         "combos[0].targets",
+        "combos[1].name",
         "resilience.model_lockout.base_cooldown_ms",
     ] {
         assert!(got.iter().any(|g| g == f), "{f} missing from {got:?}");

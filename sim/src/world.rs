@@ -97,6 +97,10 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let turmoil_seed = rng.next_u64();
     let proxy_seed = rng.next_u64();
 
+    if let Err(problem) = check_hosts(scenario) {
+        lock(&shared).rec.violate(0, format!("the scenario is invalid: {problem}"));
+        return finish(scenario, seed, &shared, Duration::ZERO, wall_start);
+    }
     let no_env = |_: &str| None;
     // Simulated clients are not on loopback: give them a key unless the scenario has its own.
     let gateway_text = if scenario.gateway.contains("[[keys]]") {
@@ -277,6 +281,30 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     end_checks(scenario, &shared, ms(simulated));
     drop(sim);
     finish(scenario, seed, &shared, simulated, wall_start)
+}
+
+/// Host names must be unique and every fault must name known hosts (turmoil would panic).
+fn check_hosts(scenario: &Scenario) -> Result<(), String> {
+    let mut hosts = std::collections::BTreeSet::from(["gateway".to_owned()]);
+    for u in &scenario.upstreams {
+        if !hosts.insert(u.host.clone()) {
+            return Err(format!("upstream host {:?} is defined twice (or is named \"gateway\")", u.host));
+        }
+    }
+    for w in &scenario.workload {
+        if hosts.contains(&w.client) {
+            return Err(format!("client {:?} has the name of a host", w.client));
+        }
+    }
+    let clients: std::collections::BTreeSet<&str> = scenario.workload.iter().map(|w| w.client.as_str()).collect();
+    for f in &scenario.faults {
+        for h in [&f.a, &f.b] {
+            if !hosts.contains(h) && !clients.contains(h.as_str()) {
+                return Err(format!("fault at {} ms names unknown host {h:?}", f.at_ms));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn finish(

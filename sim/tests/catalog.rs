@@ -98,3 +98,22 @@ fn seeds_change_the_run() {
     let hashes: std::collections::BTreeSet<u64> = (1..=4).map(|seed| run(&s, seed).hash).collect();
     assert!(hashes.len() > 1, "network latency should differ between seeds");
 }
+
+#[test]
+fn a_scenario_naming_an_unknown_host_is_reported_not_a_panic() {
+    let mut s = load_catalog(&catalog_dir())
+        .expect("catalog")
+        .into_iter()
+        .find(|s| s.name == "partitioned-upstream")
+        .expect("scenario");
+    s.faults[0].b = "up-z".into();
+    let r = run(&s, 1);
+    assert!(r.violations[0].what.contains("unknown host \"up-z\""), "{:?}", r.violations);
+    let mut s2 = load_catalog(&catalog_dir())
+        .expect("catalog")
+        .into_iter()
+        .find(|s| s.name == "fallback-across-providers")
+        .expect("scenario");
+    s2.upstreams[1].host = "up-a".into();
+    assert!(run(&s2, 1).violations[0].what.contains("defined twice"));
+}
