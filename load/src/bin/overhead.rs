@@ -31,7 +31,7 @@ fn ms(us: f64) -> String {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if cli.rates.iter().any(|r| *r == 0) || !(cli.seconds > 0.0 && cli.seconds <= 3600.0) || cli.workers == 0 {
+    if cli.rates.contains(&0) || !(cli.seconds > 0.0 && cli.seconds <= 3600.0) || cli.workers == 0 {
         anyhow::bail!("--rates must be positive, --seconds in (0, 3600], --workers at least 1");
     }
     let dur = Duration::from_secs_f64(cli.seconds);
