@@ -107,22 +107,22 @@ pub async fn health(base: &str) -> Result<serde_json::Value, String> {
     r.json().ok_or_else(|| format!("health is not JSON: {}", r.body))
 }
 
-/// A provider's breaker state in a health JSON.
-pub fn breaker(health: &serde_json::Value, provider: &str) -> String {
-    health["providers"]
+/// One field of one entry of a health JSON list (`providers` or `connections`), as text.
+pub fn health_field(health: &serde_json::Value, list: &str, id: &str, field: &str) -> String {
+    health[list]
         .as_array()
-        .and_then(|a| a.iter().find(|p| p["id"] == provider))
-        .and_then(|p| p["state"].as_str())
+        .and_then(|a| a.iter().find(|e| e["id"] == id))
+        .and_then(|e| e[field].as_str())
         .unwrap_or("")
         .to_owned()
 }
 
+/// A provider's breaker state in a health JSON.
+pub fn breaker(health: &serde_json::Value, provider: &str) -> String {
+    health_field(health, "providers", provider, "state")
+}
+
 /// A connection's status in a health JSON.
 pub fn connection_status(health: &serde_json::Value, connection: &str) -> String {
-    health["connections"]
-        .as_array()
-        .and_then(|a| a.iter().find(|p| p["id"] == connection))
-        .and_then(|p| p["status"].as_str())
-        .unwrap_or("")
-        .to_owned()
+    health_field(health, "connections", connection, "status")
 }

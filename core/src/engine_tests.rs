@@ -17,6 +17,14 @@ fn cands<'a>(ids: &'a [&'a str]) -> Vec<Candidate<'a>> {
         .collect()
 }
 
+/// Settings whose API-key breaker opens on the first failure.
+fn one_failure_opens() -> ResilienceSettings {
+    let mut settings = ResilienceSettings::default();
+    settings.breaker.api_key.failure_threshold = 1;
+    settings.breaker.api_key.degradation_threshold = 1;
+    settings
+}
+
 fn pick(e: &mut Engine, now: Instant, c: &[Candidate<'_>], strategy: Strategy) -> (usize, Ticket) {
     match e.select(now, c, strategy, &BTreeSet::new(), "k") {
         Selection::Pick { index, ticket } => (index, ticket),
@@ -82,10 +90,7 @@ fn provider_failures_open_the_breaker_and_everything_is_excluded() {
 #[test]
 fn same_provider_next_is_not_counted() {
     let now = t0();
-    let mut settings = ResilienceSettings::default();
-    settings.breaker.api_key.failure_threshold = 1;
-    settings.breaker.api_key.degradation_threshold = 1;
-    let mut e = Engine::new(settings, 1);
+    let mut e = Engine::new(one_failure_opens(), 1);
     let c = cands(&["k1"]);
     let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
     e.record(now, &c[i], "openai", t, upstream(502, "bad gateway"), true, false, None);
@@ -188,10 +193,7 @@ fn reset_all_closes_breakers_and_clears_lockouts() {
 #[test]
 fn recheck_lets_the_probe_through_but_not_a_stale_ticket() {
     let now = t0();
-    let mut settings = ResilienceSettings::default();
-    settings.breaker.api_key.failure_threshold = 1;
-    settings.breaker.api_key.degradation_threshold = 1;
-    let mut e = Engine::new(settings, 1);
+    let mut e = Engine::new(one_failure_opens(), 1);
     let c = cands(&["k1"]);
     let (_, stale) = pick(&mut e, now, &c, Strategy::Priority);
     let (i, t) = pick(&mut e, now, &c, Strategy::Priority);

@@ -113,22 +113,8 @@ impl Store {
         }
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        for (id, snap) in breakers {
-            let json = serde_json::to_string(snap).map_err(|_| StoreError::Corrupt(id.clone()))?;
-            tx.execute(
-                "INSERT INTO breakers (provider, snapshot, saved_at_ms) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(provider) DO UPDATE SET snapshot = excluded.snapshot, saved_at_ms = excluded.saved_at_ms",
-                params![id, json, wall_ms as i64],
-            )?;
-        }
-        for (id, snap) in connections {
-            let json = serde_json::to_string(snap).map_err(|_| StoreError::Corrupt(id.clone()))?;
-            tx.execute(
-                "INSERT INTO connections (id, snapshot, saved_at_ms) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(id) DO UPDATE SET snapshot = excluded.snapshot, saved_at_ms = excluded.saved_at_ms",
-                params![id, json, wall_ms as i64],
-            )?;
-        }
+        upsert(&tx, "breakers", "provider", breakers, wall_ms)?;
+        upsert(&tx, "connections", "id", connections, wall_ms)?;
         tx.commit()?;
         Ok(())
     }
@@ -154,13 +140,26 @@ impl Store {
             None => None,
         })
     }
+}
 
-    /// Forgets every breaker and connection snapshot (operator reset).
-    pub fn clear_breakers(&self) -> Result<(), StoreError> {
-        let conn = self.lock();
-        conn.execute("DELETE FROM breakers", [])?;
-        Ok(())
+/// Writes `rows` as JSON snapshots into `table` (keyed by `key`), inside the caller's
+/// transaction. Table and column names are this module's constants, never input.
+fn upsert<T: serde::Serialize>(
+    tx: &rusqlite::Transaction<'_>,
+    table: &str,
+    key: &str,
+    rows: &[(String, T)],
+    wall_ms: u64,
+) -> Result<(), StoreError> {
+    let sql = format!(
+        "INSERT INTO {table} ({key}, snapshot, saved_at_ms) VALUES (?1, ?2, ?3)
+         ON CONFLICT({key}) DO UPDATE SET snapshot = excluded.snapshot, saved_at_ms = excluded.saved_at_ms"
+    );
+    for (id, snap) in rows {
+        let json = serde_json::to_string(snap).map_err(|_| StoreError::Corrupt(id.clone()))?;
+        tx.execute(&sql, params![id, json, wall_ms as i64])?;
     }
+    Ok(())
 }
 
 /// Ages a breaker snapshot by the time the process was down.
@@ -205,5 +204,8 @@ mod tests {
         let aged = age_breaker(b, 25_000);
         assert_eq!((aged.state, aged.open_remaining_ms), (BreakerState::HalfOpen, 0));
         assert_eq!(age_connection(c, 1_000).cooldown_remaining_ms, 4_000);
+        store.save_setting("resilience.effective", "{}", 5).expect("setting");
+        assert_eq!(store.setting("resilience.effective").expect("read").as_deref(), Some("{}"));
+        assert_eq!(store.setting("missing").expect("read"), None);
     }
 }

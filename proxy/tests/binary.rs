@@ -1,7 +1,7 @@
 //! The real `ferroute` binary as a process: state survives `kill -9` and SIGTERM, and the
 //! embedded default serves the demo provider with no config.
 
-use chaos::client::{Reply, breaker, connection_status, health, send};
+use chaos::client::{Reply, breaker, connection_status, health, health_field, send};
 use scenarios::{Behaviour, Script, ScriptedUpstream, serve_upstream};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -71,15 +71,6 @@ fn json(r: &Reply) -> serde_json::Value {
     r.json().unwrap_or_else(|| panic!("not JSON: {}", r.body))
 }
 
-fn last_error_type(h: &serde_json::Value, id: &str) -> String {
-    h["connections"]
-        .as_array()
-        .and_then(|a| a.iter().find(|c| c["id"] == id))
-        .and_then(|c| c["last_error_type"].as_str())
-        .unwrap_or("")
-        .to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn breaker_and_cooldown_state_survive_kill_9_and_sigterm() {
     let (up_addr, up) = upstream(
@@ -109,7 +100,7 @@ async fn breaker_and_cooldown_state_survive_kill_9_and_sigterm() {
     let mut p = spawn(&["--config", &cfg_arg], dir.path()).await;
     let h = health(&p.base).await.expect("health");
     assert_eq!(connection_status(&h, "k1"), "unavailable", "the cooldown survived kill -9: {h}");
-    assert_eq!(last_error_type(&h, "k1"), "rate_limit_exceeded");
+    assert_eq!(health_field(&h, "connections", "k1", "last_error_type"), "rate_limit_exceeded");
     // Graceful stop on SIGTERM exits 0.
     let pid = p.child.id().to_string();
     let status = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
