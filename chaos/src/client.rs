@@ -32,22 +32,12 @@ impl Reply {
 
     /// `error.code` of a JSON error, or of the last SSE error event.
     pub fn error_code(&self) -> Option<String> {
-        if let Some(v) = self.json() {
-            return v.pointer("/error/code").and_then(|c| c.as_str()).map(str::to_owned);
-        }
-        self.sse_data()
-            .iter()
-            .rev()
-            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-            .find_map(|v| v.pointer("/error/code").and_then(|c| c.as_str()).map(str::to_owned))
+        scenarios::answer::error_code(&self.body)
     }
 
     /// SSE `data:` payloads.
     pub fn sse_data(&self) -> Vec<String> {
-        self.body
-            .split("\n\n")
-            .filter_map(|ev| ev.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_owned))
-            .collect()
+        scenarios::answer::sse_data(&self.body)
     }
 
     /// Whether this is a well-formed gateway answer: a JSON body, or an SSE stream whose

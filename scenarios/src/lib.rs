@@ -7,6 +7,7 @@
 //! simulation and the chaos suite all inject faults the same way. [`Toxic`]s describe
 //! transport faults, which the chaos suite's middlebox executes on real sockets.
 
+pub mod answer;
 pub mod net;
 pub mod scenario;
 pub mod script;

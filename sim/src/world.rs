@@ -395,25 +395,8 @@ async fn request(
 }
 
 fn read_body(text: &str, out: &mut Outcome) {
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
-        out.code = v.pointer("/error/code").and_then(|c| c.as_str()).map(str::to_owned);
-        return;
-    }
-    for event in text.split("\n\n") {
-        for line in event.lines() {
-            let Some(data) = line.strip_prefix("data: ") else { continue };
-            if data == "[DONE]" {
-                out.done = true;
-            } else if let Ok(v) = serde_json::from_str::<serde_json::Value>(data) {
-                if v.get("type").and_then(|t| t.as_str()) == Some("message_stop") {
-                    out.done = true;
-                }
-                if let Some(code) = v.pointer("/error/code").and_then(|c| c.as_str()) {
-                    out.code = Some(code.to_owned());
-                }
-            }
-        }
-    }
+    out.code = scenarios::answer::error_code(text);
+    out.done = scenarios::answer::stream_done(text);
 }
 
 fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::StateExpect, t: u64) {

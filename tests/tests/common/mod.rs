@@ -166,7 +166,4 @@ pub fn connection<'a>(health: &'a serde_json::Value, id: &str) -> &'a serde_json
         .unwrap_or_else(|| panic!("connection {id} in {health}"))
 }
 
-/// SSE `data:` payloads of a body.
-pub fn sse_data(body: &str) -> Vec<String> {
-    body.split("\n\n").filter_map(|ev| ev.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_owned)).collect()
-}
+pub use scenarios::answer::sse_data;
