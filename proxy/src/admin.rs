@@ -111,7 +111,9 @@ pub async fn clear_lockouts<C: Connect + Clone + Send + Sync + 'static>(
     gw: Arc<Gateway<C>>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let body = match read_json(req, 64 * 1024).await {
+    let body = match read_json(req, 64 * 1024, std::time::Duration::from_millis(gw.config.server.body_read_timeout_ms))
+        .await
+    {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };

@@ -48,6 +48,8 @@ pub struct ServerConfig {
     pub max_body_bytes: u64,
     /// How long in-flight requests may finish after SIGTERM.
     pub shutdown_grace_ms: u64,
+    /// How long a client may take to send its request body; slower bodies get 408.
+    pub body_read_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -59,6 +61,9 @@ impl Default for ServerConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             // Long enough for a typical completion to finish; short enough for a deploy.
             shutdown_grace_ms: 30_000,
+            // A 10 MiB body needs well under a minute on any link a coding agent uses; a
+            // client trickling its body must not hold a task forever.
+            body_read_timeout_ms: 60_000,
         }
     }
 }
@@ -316,6 +321,9 @@ impl Config {
                 "server.max_body_bytes",
                 format!("{} is out of range (allowed 1024..=1073741824)", self.server.max_body_bytes),
             ));
+        }
+        if !(100..=3_600_000).contains(&self.server.body_read_timeout_ms) {
+            errors.push(err("server.body_read_timeout_ms", "is out of range (allowed 100..=3600000)"));
         }
         if self.server.shutdown_grace_ms > 3_600_000 {
             errors.push(err("server.shutdown_grace_ms", "is out of range (at most 3600000)"));

@@ -35,7 +35,7 @@ struct Failure {
 }
 
 /// Reads and parses a JSON request body, enforcing the size limit.
-pub async fn read_json(req: Request<Incoming>, max: u64) -> Result<serde_json::Value, ProxyError> {
+pub async fn read_json(req: Request<Incoming>, max: u64, deadline: Duration) -> Result<serde_json::Value, ProxyError> {
     let declared = req
         .headers()
         .get(http::header::CONTENT_LENGTH)
@@ -44,7 +44,16 @@ pub async fn read_json(req: Request<Incoming>, max: u64) -> Result<serde_json::V
     if declared.is_some_and(|n| n > max) {
         return Err(too_large(max));
     }
-    let bytes = match Limited::new(req.into_body(), max as usize).collect().await {
+    let collected = tokio::time::timeout(deadline, Limited::new(req.into_body(), max as usize).collect()).await;
+    let Ok(collected) = collected else {
+        return Err(ProxyError::new(
+            Source::Downstream,
+            408,
+            "request_timeout",
+            format!("the request body did not arrive within {} ms", deadline.as_millis()),
+        ));
+    };
+    let bytes = match collected {
         Ok(c) => c.to_bytes(),
         Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return Err(too_large(max)),
         Err(e) => {
@@ -78,7 +87,13 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
     client: Client,
     format: Format,
 ) -> Response<Body> {
-    let mut json = match read_json(req, gw.config.server.max_body_bytes).await {
+    let mut json = match read_json(
+        req,
+        gw.config.server.max_body_bytes,
+        Duration::from_millis(gw.config.server.body_read_timeout_ms),
+    )
+    .await
+    {
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };

@@ -510,3 +510,21 @@ async fn a_stream_that_goes_silent_ends_after_the_execution_budget() {
     let h = health(&gw).await;
     assert_eq!(provider(&h, "up")["failures"], 0, "a local limit counts against nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_trickling_its_body_gets_408_not_a_stuck_task() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = upstream(ScriptedUpstream::new().route("m", Script::always(Behaviour::echo()))).await;
+    let gw =
+        start(config(&format!("[server]\nbody_read_timeout_ms = 300\n{ONE_PROVIDER}"), &up), Persistence::Memory).await;
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.expect("connect");
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"model\"";
+    s.write_all(head.as_bytes()).await.expect("write");
+    let mut buf = vec![0u8; 4096];
+    let n =
+        tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await.expect("answered in time").expect("read");
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("request_timeout"), "{text}");
+    assert_eq!(up.script.total_calls(), 0);
+}
