@@ -114,7 +114,7 @@ pub async fn clear_lockouts<C: Connect + Clone + Send + Sync + 'static>(
     let body = match read_json(req, 64 * 1024, std::time::Duration::from_millis(gw.config.server.body_read_timeout_ms))
         .await
     {
-        Ok(b) => b,
+        Ok((_, b)) => b,
         Err(e) => return e.into_response(),
     };
     let field =
@@ -138,19 +138,34 @@ pub async fn clear_lockouts<C: Connect + Clone + Send + Sync + 'static>(
 }
 
 /// `GET /v1/models`.
-pub fn models<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
-    let mut data: Vec<serde_json::Value> = Vec::new();
+pub fn models<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, anthropic: bool) -> Response<Body> {
+    // Every model is served on every endpoint (requests are translated between formats), so
+    // one list serves all; an Anthropic client (it sends `anthropic-version`) gets its shape.
+    let mut ids: Vec<(String, String)> = Vec::new();
     for p in &gw.config.providers {
         for m in &p.models {
-            data.push(
-                serde_json::json!({"id": format!("{}/{m}", p.id), "object": "model", "created": 0, "owned_by": p.id}),
-            );
+            ids.push((format!("{}/{m}", p.id), p.id.clone()));
         }
     }
     for c in &gw.config.combos {
-        data.push(serde_json::json!({"id": c.name, "object": "model", "created": 0, "owned_by": "ferroute-combo"}));
+        ids.push((c.name.clone(), "ferroute-combo".into()));
     }
-    json_response(200, serde_json::json!({"object": "list", "data": data}).to_string())
+    let body = if anthropic {
+        let data: Vec<serde_json::Value> = ids
+            .iter()
+            .map(|(id, _)| serde_json::json!({"type": "model", "id": id, "display_name": id, "created_at": "1970-01-01T00:00:00Z"}))
+            .collect();
+        let first = ids.first().map(|(id, _)| id.clone());
+        let last = ids.last().map(|(id, _)| id.clone());
+        serde_json::json!({"data": data, "has_more": false, "first_id": first, "last_id": last})
+    } else {
+        let data: Vec<serde_json::Value> = ids
+            .iter()
+            .map(|(id, owner)| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
+            .collect();
+        serde_json::json!({"object": "list", "data": data})
+    };
+    json_response(200, body.to_string())
 }
 
 /// `GET /metrics`.

@@ -10,6 +10,15 @@ use std::time::Duration;
 /// The body type of every response Ferroute sends.
 pub type Body = BoxBody<Bytes, io::Error>;
 
+/// The error body shape a client expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorShape {
+    /// `{"error":{"message","type","code"}}`.
+    OpenAi,
+    /// `{"type":"error","error":{"type","message","code"}}`.
+    Anthropic,
+}
+
 /// Where an error came from. Only upstream errors count against a breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -88,18 +97,47 @@ impl ProxyError {
         }
     }
 
-    /// The response.
+    /// The Anthropic error `type` for a status.
+    pub fn anthropic_error_type(status: u16) -> &'static str {
+        match status {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            400..=499 => "invalid_request_error",
+            _ => "api_error",
+        }
+    }
+
+    /// The response, OpenAI-style.
     pub fn into_response(self) -> Response<Body> {
+        self.into_response_as(ErrorShape::OpenAi)
+    }
+
+    /// The response in the shape the client's API uses. Both shapes carry
+    /// `error.message`, `error.type` and `error.code`; Anthropic's adds `"type": "error"` at
+    /// the top and uses its own `error.type` names.
+    pub fn into_response_as(self, shape: ErrorShape) -> Response<Body> {
         let mut error = serde_json::Map::new();
         error.insert("message".into(), self.message.into());
-        error.insert("type".into(), Self::error_type(self.status).into());
+        let kind = match shape {
+            ErrorShape::OpenAi => Self::error_type(self.status),
+            ErrorShape::Anthropic => Self::anthropic_error_type(self.status),
+        };
+        error.insert("type".into(), kind.into());
         error.insert("code".into(), self.code.into());
         let secs = self.retry_after.map(retry_after_secs);
         if let Some(s) = secs {
             error.insert("retry_after".into(), s.into());
         }
         error.extend(self.extra);
-        let body = serde_json::json!({ "error": error }).to_string();
+        let body = match shape {
+            ErrorShape::OpenAi => serde_json::json!({ "error": error }),
+            ErrorShape::Anthropic => serde_json::json!({ "type": "error", "error": error }),
+        }
+        .to_string();
         let mut resp = json_response(self.status, body);
         if let Some(s) = secs {
             resp.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from(s));

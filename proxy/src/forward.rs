@@ -3,9 +3,11 @@
 
 use crate::auth::Client;
 use crate::config::Format;
-use crate::errors::{Body, ProxyError, Source, full, upstream_message};
+use crate::errors::{Body, ErrorShape, ProxyError, Source, full, upstream_message};
+use crate::exchange::{self, ApiHeaders, Inbound, Prepared};
 use crate::gateway::{Gateway, Plan, Slot, Target, seconds_since};
-use crate::stream::{Finalizer, relay};
+use crate::stream::{Finalizer, Relay, relay};
+use crate::translate::{ClientApi, Untranslatable};
 use bytes::Bytes;
 use ferroute_core::admission::{FailMode, QueueLimits};
 use ferroute_core::breaker::Ticket;
@@ -21,6 +23,8 @@ use std::time::Duration;
 
 /// Header naming the connection that served (or last failed) a request.
 pub const SELECTED: &str = "x-ferroute-selected-connection-id";
+/// Header naming request fields a translation dropped as advisory.
+pub const DROPPED: &str = "x-ferroute-translation-dropped";
 /// Largest upstream error body read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 /// Largest non-streamed upstream success body read.
@@ -34,8 +38,12 @@ struct Failure {
     provider: String,
 }
 
-/// Reads and parses a JSON request body, enforcing the size limit.
-pub async fn read_json(req: Request<Incoming>, max: u64, deadline: Duration) -> Result<serde_json::Value, ProxyError> {
+/// Reads and parses a JSON request body, enforcing the size limit; returns the bytes too.
+pub async fn read_json(
+    req: Request<Incoming>,
+    max: u64,
+    deadline: Duration,
+) -> Result<(Bytes, serde_json::Value), ProxyError> {
     let declared = req
         .headers()
         .get(http::header::CONTENT_LENGTH)
@@ -68,7 +76,7 @@ pub async fn read_json(req: Request<Incoming>, max: u64, deadline: Duration) -> 
     if !v.is_object() {
         return Err(ProxyError::bad_request("invalid_json", "the request body must be a JSON object"));
     }
-    Ok(v)
+    Ok((bytes, v))
 }
 
 fn too_large(max: u64) -> ProxyError {
@@ -80,14 +88,16 @@ fn too_large(max: u64) -> ProxyError {
     )
 }
 
-/// `POST /v1/chat/completions` and `POST /v1/messages`.
+/// `POST /v1/chat/completions`, `POST /v1/messages` and `POST /v1/responses`.
 pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
     gw: Arc<Gateway<C>>,
     req: Request<Incoming>,
     client: Client,
-    format: Format,
+    api: ClientApi,
 ) -> Response<Body> {
-    let mut json = match read_json(
+    let shape = exchange::error_shape(api);
+    let headers = ApiHeaders::from(req.headers());
+    let (raw, json) = match read_json(
         req,
         gw.config.server.max_body_bytes,
         Duration::from_millis(gw.config.server.body_read_timeout_ms),
@@ -95,30 +105,15 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
     .await
     {
         Ok(v) => v,
-        Err(e) => return e.into_response(),
+        Err(e) => return e.into_response_as(shape),
     };
-    let model = match json.get("model") {
-        Some(serde_json::Value::String(m)) if !m.trim().is_empty() => m.clone(),
-        Some(_) => {
-            return ProxyError::bad_request("invalid_model", "`model` must be a non-empty string").into_response();
-        }
-        None => return ProxyError::bad_request("missing_model", "missing required field `model`").into_response(),
+    let (inbound, model, warning) = match inbound(&gw, api, raw, json, headers) {
+        Ok(x) => x,
+        Err(e) => return e.into_response_as(shape),
     };
-    if format == Format::Openai && !json.get("messages").is_some_and(|m| m.is_array()) {
-        return ProxyError::bad_request("missing_messages", "missing required field `messages` (an array)")
-            .into_response();
-    }
-    if format == Format::Anthropic && json.get("max_tokens").is_none() {
-        return ProxyError::bad_request("missing_max_tokens", "missing required field `max_tokens`").into_response();
-    }
-    let stream = match json.get("stream") {
-        None | Some(serde_json::Value::Null) => false,
-        Some(serde_json::Value::Bool(b)) => *b,
-        Some(_) => return ProxyError::bad_request("invalid_stream", "`stream` must be a boolean").into_response(),
-    };
-    let plan = match gw.resolve(&model, format) {
+    let plan = match gw.resolve(&model) {
         Ok(p) => p,
-        Err(msg) => return ProxyError::new(Source::Downstream, 404, "model_not_found", msg).into_response(),
+        Err(msg) => return ProxyError::new(Source::Downstream, 404, "model_not_found", msg).into_response_as(shape),
     };
     let plan = Plan {
         targets: plan.targets.into_iter().filter(|t| client.may_use(&gw.config.connections[t.connection].id)).collect(),
@@ -131,18 +126,123 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
             "no_allowed_connections",
             format!("this key may not use any connection serving {model:?}"),
         )
-        .into_response();
+        .into_response_as(shape);
     }
-    dispatch(gw, plan, &mut json, stream, format).await
+    let (plan, mut preps) = match prepare_all(&gw, plan, &inbound) {
+        Ok(x) => x,
+        Err(e) => return e.into_response_as(shape),
+    };
+    let mut resp = dispatch(gw, plan, &inbound, &mut preps).await;
+    if let Some(w) = warning
+        && let Ok(v) = HeaderValue::from_str(&w)
+    {
+        resp.headers_mut().insert("x-ferroute-warning", v);
+    }
+    resp
+}
+
+/// Checks the fields each API requires and brings the request into its wire format.
+fn inbound<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    api: ClientApi,
+    raw: Bytes,
+    json: serde_json::Value,
+    headers: ApiHeaders,
+) -> Result<(Inbound, String, Option<String>), ProxyError> {
+    let model = match json.get("model") {
+        Some(serde_json::Value::String(m)) if !m.trim().is_empty() => m.clone(),
+        Some(_) => return Err(ProxyError::bad_request("invalid_model", "`model` must be a non-empty string")),
+        None => return Err(ProxyError::bad_request("missing_model", "missing required field `model`")),
+    };
+    match api {
+        ClientApi::Chat if !json.get("messages").is_some_and(|m| m.is_array()) => {
+            return Err(ProxyError::bad_request("missing_messages", "missing required field `messages` (an array)"));
+        }
+        ClientApi::Messages if json.get("max_tokens").is_none() => {
+            return Err(ProxyError::bad_request("missing_max_tokens", "missing required field `max_tokens`"));
+        }
+        ClientApi::Messages if !json.get("messages").is_some_and(|m| m.is_array()) => {
+            return Err(ProxyError::bad_request("missing_messages", "missing required field `messages` (an array)"));
+        }
+        ClientApi::Responses if json.get("input").is_none() => {
+            return Err(ProxyError::bad_request("missing_input", "missing required field `input`"));
+        }
+        _ => {}
+    }
+    match json.get("stream") {
+        None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(_)) => {}
+        Some(_) => return Err(ProxyError::bad_request("invalid_stream", "`stream` must be a boolean")),
+    }
+    let created = gw.clock.wall_now_ms() / 1000;
+    if api != ClientApi::Responses {
+        return Ok((Inbound::direct(api, json, raw, headers, created), model, None));
+    }
+    // The Responses API has no background execution here: such a request is served while the
+    // client waits, and told so.
+    let warning = (json.get("background") == Some(&serde_json::Value::Bool(true)))
+        .then(|| "background responses are served synchronously; the answer is in this response".to_owned());
+    let inbound = Inbound::responses(&json, headers, &gw.next_id(), created).map_err(untranslatable)?;
+    Ok((inbound, model, warning))
+}
+
+/// A feature the target cannot express, as a 400 naming it.
+pub fn untranslatable(u: Untranslatable) -> ProxyError {
+    let code = match u.feature.as_str() {
+        "previous_response_id" | "conversation" | "prompt" => "stored_responses_unsupported",
+        _ => "untranslatable_feature",
+    };
+    ProxyError::bad_request(code, u.to_string()).with("param", u.feature.into())
+}
+
+/// The request prepared for each provider format the plan uses; targets whose format cannot
+/// express the request are left out, and when none is left the request is refused naming the
+/// feature.
+fn prepare_all<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    plan: Plan,
+    inbound: &Inbound,
+) -> Result<(Plan, Preps), ProxyError> {
+    let mut preps: Preps = [None, None];
+    let mut refused: Option<Untranslatable> = None;
+    for format in [Format::Openai, Format::Anthropic] {
+        if !plan.targets.iter().any(|t| gw.parts(t).0.format == format) {
+            continue;
+        }
+        match exchange::prepare(inbound, format) {
+            Ok(p) => preps[slot(format)] = Some(p),
+            Err(u) => {
+                tracing::info!(format = ?format, feature = %u.feature, "request cannot be translated; skipping those targets");
+                refused.get_or_insert(u);
+            }
+        }
+    }
+    let targets: Vec<Target> =
+        plan.targets.into_iter().filter(|t| preps[slot(gw.parts(t).0.format)].is_some()).collect();
+    if targets.is_empty() {
+        return Err(untranslatable(
+            refused.unwrap_or_else(|| Untranslatable::new("model", "no target can serve this request")),
+        ));
+    }
+    Ok((Plan { targets, ..plan }, preps))
+}
+
+/// Prepared requests by provider format.
+type Preps = [Option<Prepared>; 2];
+
+fn slot(format: Format) -> usize {
+    match format {
+        Format::Openai => 0,
+        Format::Anthropic => 1,
+    }
 }
 
 async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
     gw: Arc<Gateway<C>>,
     plan: Plan,
-    json: &mut serde_json::Value,
-    stream: bool,
-    format: Format,
+    inbound: &Inbound,
+    preps: &mut Preps,
 ) -> Response<Body> {
+    let shape = exchange::error_shape(inbound.api);
     let mut skip = BTreeSet::new();
     let mut last: Option<Failure> = None;
     for _ in 0..=plan.targets.len() {
@@ -155,7 +255,7 @@ async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
         let (index, ticket) = match selection {
             Selection::Pick { index, ticket } => (index, ticket),
             Selection::NoneEligible(ex) => {
-                return finish(&gw, last.map_or_else(|| no_target(&gw, &plan, &ex), failure_error), None);
+                return finish(&gw, last.map_or_else(|| no_target(&gw, &plan, &ex), failure_error), None, shape);
             }
         };
         let target = &plan.targets[index];
@@ -168,13 +268,22 @@ async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
                     && !skip.contains(&gw.config.connections[t.connection].id)
             });
         let attempt = Attempt { gw: Arc::clone(&gw), target: target.clone(), ticket: Some(ticket), same_provider_next };
-        match attempt_once(attempt, json, stream, format).await {
+        let Some(prep) = preps[slot(provider.format)].as_mut() else {
+            // prepare_all kept only targets with a prepared request.
+            return finish(
+                &gw,
+                ProxyError::new(Source::Internal, 500, "internal", "no request prepared for this provider format"),
+                None,
+                shape,
+            );
+        };
+        match attempt_once(attempt, inbound, prep).await {
             Step::Done(resp) => return resp,
             Step::Fallback(f) => {
                 tracing::info!(provider = %provider.id, connection = %connection.id, status = f.decision.status, reason = f.decision.reason.as_str(), "attempt failed");
                 last = Some(f);
             }
-            Step::Fail(e, conn) => return finish(&gw, e, Some(&conn)),
+            Step::Fail(e, conn) => return finish(&gw, e, Some(&conn), shape),
             Step::Excluded(conn) => {
                 skip.remove(&conn);
             }
@@ -187,6 +296,7 @@ async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
             failure_error,
         ),
         None,
+        shape,
     )
 }
 
@@ -194,10 +304,11 @@ fn finish(
     gw: &Gateway<impl Connect + Clone + Send + Sync + 'static>,
     e: ProxyError,
     connection: Option<&str>,
+    shape: ErrorShape,
 ) -> Response<Body> {
     let provider = e.extra.get("provider").and_then(|p| p.as_str()).unwrap_or("").to_owned();
     gw.metrics.request(e.status, &provider);
-    let mut resp = e.into_response();
+    let mut resp = e.into_response_as(shape);
     if let Some(c) = connection.filter(|c| !c.is_empty())
         && let Ok(v) = HeaderValue::from_str(c)
     {
@@ -346,14 +457,11 @@ enum Step {
 fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     gw: &Gateway<C>,
     t: &Target,
-    json: &mut serde_json::Value,
-    format: Format,
+    prep: &mut Prepared,
 ) -> Result<Request<Full<Bytes>>, ProxyError> {
     let (provider, connection) = gw.parts(t);
-    json["model"] = serde_json::Value::String(t.model.clone());
-    let body =
-        serde_json::to_vec(json).map_err(|e| ProxyError::new(Source::Internal, 500, "internal", e.to_string()))?;
-    let path = match format {
+    let body = prep.body_for(&t.model).map_err(|e| ProxyError::new(Source::Internal, 500, "internal", e.to_string()))?;
+    let path = match provider.format {
         Format::Openai => "/chat/completions",
         Format::Anthropic => "/messages",
     };
@@ -367,8 +475,8 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
             Format::Anthropic => b.header("x-api-key", key),
         };
     }
-    if provider.format == Format::Anthropic {
-        b = b.header("anthropic-version", "2023-06-01");
+    for (name, value) in &prep.headers {
+        b = b.header(*name, value.as_str());
     }
     b.body(Full::new(Bytes::from(body))).map_err(|e| {
         ProxyError::new(
@@ -382,9 +490,8 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
 
 async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     mut attempt: Attempt<C>,
-    json: &mut serde_json::Value,
-    stream: bool,
-    format: Format,
+    inbound: &Inbound,
+    prep: &mut Prepared,
 ) -> Step {
     let gw = Arc::clone(&attempt.gw);
     let target = attempt.target.clone();
@@ -431,7 +538,7 @@ async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         attempt.record(AttemptOutcome::Neutral);
         return Step::Excluded(conn_id);
     }
-    let req = match upstream_request(&gw, &target, json, format) {
+    let req = match upstream_request(&gw, &target, prep) {
         Ok(r) => r,
         Err(e) => {
             attempt.record(AttemptOutcome::Neutral);
@@ -479,13 +586,21 @@ async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        if stream && is_sse {
+        if inbound.stream && is_sse {
             gw.metrics.request(status.as_u16(), &provider.id);
             let fin = Finalizer::new(
                 attempt,
                 vec![Some(queue_slot), share_slot].into_iter().flatten().collect::<Vec<Slot<C>>>(),
             );
-            return Step::Done(relay(fin, resp, format, conn_id, limits.execution_max_wait));
+            let relay_to = Relay {
+                api: inbound.api,
+                translator: exchange::translator(inbound, provider.format),
+                connection: conn_id,
+                idle_budget: limits.execution_max_wait,
+            };
+            let mut out = relay(fin, resp, relay_to);
+            dropped_header(&mut out, &prep.dropped);
+            return Step::Done(out);
         }
         let (parts, body) = resp.into_parts();
         let remaining = limits.execution_max_wait.saturating_sub(gw.clock.now().saturating_duration_since(started));
@@ -507,17 +622,30 @@ async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
                 );
             }
         };
+        let bytes = match exchange::answer(inbound, provider.format, bytes) {
+            Ok(b) => b,
+            // A 200 whose body is not what the provider's format promises is the provider's
+            // failure, like a broken-off body.
+            Err(e) => return transport_failure(&mut attempt, format!("{} answered 200 but {e}", provider.id)),
+        };
         attempt.record(AttemptOutcome::Success);
         drop((queue_slot, share_slot));
         gw.metrics.request(status.as_u16(), &provider.id);
         let mut out = Response::new(full(bytes));
         *out.status_mut() = parts.status;
-        if let Some(ct) = parts.headers.get(http::header::CONTENT_TYPE) {
-            out.headers_mut().insert(http::header::CONTENT_TYPE, ct.clone());
+        let same = exchange::wire(inbound.api) == provider.format && inbound.responses.is_none();
+        match parts.headers.get(http::header::CONTENT_TYPE) {
+            Some(ct) if same => {
+                out.headers_mut().insert(http::header::CONTENT_TYPE, ct.clone());
+            }
+            _ => {
+                out.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            }
         }
         if let Ok(v) = HeaderValue::from_str(&conn_id) {
             out.headers_mut().insert(SELECTED, v);
         }
+        dropped_header(&mut out, &prep.dropped);
         return Step::Done(out);
     }
     // An upstream error: read a bounded body, classify, record.
@@ -543,6 +671,16 @@ async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         provider: provider.id.clone(),
     };
     if failure.decision.should_fallback { Step::Fallback(failure) } else { Step::Fail(failure_error(failure), conn_id) }
+}
+
+/// Names the advisory fields a translation left behind.
+fn dropped_header(resp: &mut Response<Body>, dropped: &[String]) {
+    if dropped.is_empty() {
+        return;
+    }
+    if let Ok(v) = HeaderValue::from_str(&dropped.join(", ")) {
+        resp.headers_mut().insert(DROPPED, v);
+    }
 }
 
 fn transport_failure<C: Connect + Clone + Send + Sync + 'static>(attempt: &mut Attempt<C>, message: String) -> Step {

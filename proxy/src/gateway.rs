@@ -2,7 +2,7 @@
 //! the store, metrics and the upstream client.
 
 use crate::clock::{Clock, ms};
-use crate::config::{ComboConfig, Config, ConnectionConfig, Format, ProviderConfig};
+use crate::config::{ComboConfig, Config, ConnectionConfig, ProviderConfig};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError, age_breaker, age_connection};
 use bytes::Bytes;
@@ -89,6 +89,7 @@ pub struct Gateway<C> {
     /// Resolved base URLs by provider index.
     pub base_urls: Vec<String>,
     tap: Option<Tap>,
+    ids: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,6 +124,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             client,
             base_urls,
             tap,
+            ids: std::sync::atomic::AtomicU64::new(0),
         };
         gw.restore()?;
         Ok(gw)
@@ -225,11 +227,12 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     }
 
     /// Resolves a request's `model`: a combo name, `provider/model`, or a bare model (the
-    /// first provider that lists it). Only providers speaking `format` are used.
-    pub fn resolve(&self, model: &str, format: Format) -> Result<Plan, String> {
+    /// first provider that lists it). Providers of every format are used: the request is
+    /// translated where the formats differ.
+    pub fn resolve(&self, model: &str) -> Result<Plan, String> {
         let cfg = &self.config;
         if let Some(combo) = cfg.combos.iter().find(|c| c.name == model) {
-            return Ok(self.combo_plan(combo, format));
+            return Ok(self.combo_plan(combo));
         }
         let (provider, upstream_model) = match model.split_once('/') {
             Some((p, m)) if cfg.provider(p).is_some() && !m.trim().is_empty() => (p.to_owned(), m.to_owned()),
@@ -246,13 +249,6 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             },
         };
         let pi = cfg.providers.iter().position(|p| p.id == provider).unwrap_or(0);
-        if cfg.providers[pi].format != format {
-            return Err(format!(
-                "provider {provider:?} speaks the {:?} format; use the matching endpoint",
-                cfg.providers[pi].format
-            )
-            .to_lowercase());
-        }
         let targets = self
             .connections_of(pi)
             .map(|ci| Target { provider: pi, connection: ci, model: upstream_model.clone(), target_index: 0 })
@@ -260,14 +256,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         Ok(Plan { targets, strategy: Strategy::Priority, combo: false, key: model.to_owned() })
     }
 
-    fn combo_plan(&self, combo: &ComboConfig, format: Format) -> Plan {
+    fn combo_plan(&self, combo: &ComboConfig) -> Plan {
         let mut targets = Vec::new();
         for (ti, t) in combo.targets.iter().enumerate() {
             let Some((p, m)) = t.split_once('/') else { continue };
             let Some(pi) = self.config.providers.iter().position(|x| x.id == p) else { continue };
-            if self.config.providers[pi].format != format {
-                continue;
-            }
             targets.extend(self.connections_of(pi).map(|ci| Target {
                 provider: pi,
                 connection: ci,
@@ -378,6 +371,13 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// Queue depths by queue.
     pub fn queue_depths(&self) -> Vec<(String, usize, usize)> {
         lock(&self.queues).iter().map(|(k, e)| (k.clone(), e.queue.queued(), e.queue.running())).collect()
+    }
+
+    /// A fresh id for objects Ferroute names itself (Responses API responses): unique within
+    /// this process and across restarts (it starts from the wall clock at start-up).
+    pub fn next_id(&self) -> String {
+        let n = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{:x}{n:06x}", self.clock.wall_ms(self.clock.start()))
     }
 
     /// Runs the engine's periodic sweep.

@@ -9,12 +9,14 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod errors;
+pub mod exchange;
 pub mod forward;
 pub mod gateway;
 pub mod metrics;
 pub mod serve;
 pub mod store;
 pub mod stream;
+pub mod translate;
 
 use crate::clock::Clock;
 use crate::config::Config;

@@ -3,8 +3,9 @@
 
 use crate::admin;
 use crate::auth;
-use crate::config::Format;
-use crate::errors::Body;
+use crate::errors::{Body, ErrorShape};
+use crate::exchange;
+use crate::translate::ClientApi;
 use crate::forward::forward;
 use crate::gateway::Gateway;
 use http::{Method, Request, Response};
@@ -26,24 +27,31 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<Body> {
-    if let Err(e) = auth::check_peer(&gw.config, peer) {
-        return e.into_response();
-    }
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
-    match (path.as_str(), &method) {
-        ("/v1/chat/completions", &Method::POST) | ("/v1/messages", &Method::POST) => {
-            let anthropic = path == "/v1/messages";
-            match auth::client(&gw.config, req.headers(), anthropic) {
-                Ok(client) => {
-                    forward(gw, req, client, if anthropic { Format::Anthropic } else { Format::Openai }).await
-                }
-                Err(e) => e.into_response(),
-            }
+    let api = match path.as_str() {
+        "/v1/chat/completions" => Some(ClientApi::Chat),
+        "/v1/messages" => Some(ClientApi::Messages),
+        "/v1/responses" => Some(ClientApi::Responses),
+        _ => None,
+    };
+    let shape = api.map_or(ErrorShape::OpenAi, exchange::error_shape);
+    if let Err(e) = auth::check_peer(&gw.config, peer) {
+        return e.into_response_as(shape);
+    }
+    match (api, &method) {
+        (Some(api), &Method::POST) => {
+            return match auth::client(&gw.config, req.headers(), api == ClientApi::Messages) {
+                Ok(client) => forward(gw, req, client, api).await,
+                Err(e) => e.into_response_as(shape),
+            };
         }
-        ("/v1/chat/completions", _) | ("/v1/messages", _) => admin::method_not_allowed(&path, "POST"),
+        (Some(_), _) => return admin::method_not_allowed(&path, "POST"),
+        (None, _) => {}
+    }
+    match (path.as_str(), &method) {
         ("/v1/models", &Method::GET) => match auth::client(&gw.config, req.headers(), true) {
-            Ok(_) => admin::models(&gw),
+            Ok(_) => admin::models(&gw, req.headers().contains_key("anthropic-version")),
             Err(e) => e.into_response(),
         },
         ("/api/monitoring/health", &Method::GET) => admin::health(&gw),

@@ -1,8 +1,9 @@
 //! SSE relay: chunks go to the client as they arrive (never buffered whole), the M10
 //! watchdog watches the live stream, and finalisation happens exactly once.
 
-use crate::config::Format;
 use crate::errors::Body;
+use crate::translate::ClientApi;
+use crate::translate::stream::{Event, Translate, write};
 use crate::forward::{Attempt, SELECTED};
 use crate::gateway::Slot;
 use bytes::Bytes;
@@ -122,13 +123,13 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-fn error_event(format: Format, code: &str, message: &str) -> Bytes {
-    let s = match format {
-        Format::Openai => format!(
+fn error_event(api: ClientApi, code: &str, message: &str) -> Bytes {
+    let s = match api {
+        ClientApi::Chat | ClientApi::Responses => format!(
             "data: {}\n\n",
             serde_json::json!({"error": {"message": message, "type": "server_error", "code": code}})
         ),
-        Format::Anthropic => format!(
+        ClientApi::Messages => format!(
             "event: error\ndata: {}\n\n",
             serde_json::json!({"type": "error", "error": {"type": "api_error", "message": message, "code": code}})
         ),
@@ -136,24 +137,79 @@ fn error_event(format: Format, code: &str, message: &str) -> Bytes {
     Bytes::from(s)
 }
 
+/// Where and how a stream goes to the client.
+pub struct Relay {
+    /// The client's API (for error events when nothing is translated).
+    pub api: ClientApi,
+    /// Turns the provider's events into the client's, when the formats differ.
+    pub translator: Option<Box<dyn Translate>>,
+    /// The connection serving it (response header).
+    pub connection: String,
+    /// A stream silent this long is ended (the execution budget).
+    pub idle_budget: std::time::Duration,
+}
+
+/// The client side of a relay: passes bytes through, or translates events.
+struct Downstream {
+    api: ClientApi,
+    translator: Option<Box<dyn Translate>>,
+    events: Vec<Event>,
+}
+
+impl Downstream {
+    /// What the client gets for `raw` upstream bytes that completed `parsed` events.
+    fn data(&mut self, raw: Bytes, parsed: &[(Option<String>, String)]) -> Option<Bytes> {
+        let Some(t) = self.translator.as_mut() else { return Some(raw) };
+        for (name, data) in parsed {
+            t.push(name.as_deref(), data, &mut self.events);
+        }
+        self.take()
+    }
+
+    fn error(&mut self, code: &str, message: &str) -> Option<Bytes> {
+        match self.translator.as_mut() {
+            None => Some(error_event(self.api, code, message)),
+            Some(t) => {
+                t.error(code, message, &mut self.events);
+                self.take()
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Option<Bytes> {
+        let t = self.translator.as_mut()?;
+        t.finish(&mut self.events);
+        self.take()
+    }
+
+    fn take(&mut self) -> Option<Bytes> {
+        if self.events.is_empty() {
+            return None;
+        }
+        let mut buf = Vec::new();
+        write(&self.events, &mut buf);
+        self.events.clear();
+        Some(Bytes::from(buf))
+    }
+}
+
 /// Starts relaying `resp` to the client; returns the client's response at once.
 pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
     fin: Finalizer<C>,
     resp: Response<Incoming>,
-    format: Format,
-    connection: String,
-    idle_budget: std::time::Duration,
+    to: Relay,
 ) -> Response<Body> {
     let (tx, body) = Channel::<Bytes, io::Error>::new(16);
     let status = resp.status();
     let upstream = resp.into_body();
-    tokio::spawn(pump(fin, upstream, tx, format, idle_budget));
+    let down = Downstream { api: to.api, translator: to.translator, events: Vec::new() };
+    tokio::spawn(pump(fin, upstream, tx, down, to.idle_budget));
     let mut out = Response::new(body.boxed());
     *out.status_mut() = status;
     let h = out.headers_mut();
     h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    if let Ok(v) = HeaderValue::from_str(&connection) {
+    if let Ok(v) = HeaderValue::from_str(&to.connection) {
         h.insert(SELECTED, v);
     }
     out
@@ -163,7 +219,7 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
     fin: Finalizer<C>,
     mut upstream: Incoming,
     mut tx: http_body_util::channel::Sender<Bytes, io::Error>,
-    format: Format,
+    mut down: Downstream,
     idle_budget: std::time::Duration,
 ) {
     let gw = std::sync::Arc::clone(&fin.attempt.gw);
@@ -173,46 +229,49 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
     // The watchdog judges the stream as its events arrive (as the reference does): a timer
     // would catch the window between two evenly spaced chunks and abort a stream running at
     // exactly the minimum rate. A silent upstream is the execution budget's job: a stream that
-    // sends nothing at all for that long is ended, so a client never hangs.
+    // sends nothing at all for that long is ended, so a client never hangs. The watchdog reads
+    // the provider's events; the client gets them translated when its API differs.
     let end = loop {
         let Ok(next) = tokio::time::timeout(idle_budget, upstream.frame()).await else {
             let msg = format!("the upstream sent nothing for {} ms (execution_max_wait_ms)", idle_budget.as_millis());
-            let _ = tx.send_data(error_event(format, "RATE_LIMIT_EXECUTION_TIMEOUT", &msg)).await;
+            if let Some(b) = down.error("RATE_LIMIT_EXECUTION_TIMEOUT", &msg) {
+                let _ = tx.send_data(b).await;
+            }
             break StreamEnd::Silent;
         };
         match next {
-            None => break StreamEnd::Completed,
+            None => {
+                if let Some(b) = down.finish() {
+                    let _ = tx.send_data(b).await;
+                }
+                break StreamEnd::Completed;
+            }
             Some(Err(e)) => {
-                let _ = tx
-                    .send_data(error_event(
-                        format,
-                        "upstream_stream_error",
-                        &format!("the upstream stream broke off: {e}"),
-                    ))
-                    .await;
+                if let Some(b) = down.error("upstream_stream_error", &format!("the upstream stream broke off: {e}")) {
+                    let _ = tx.send_data(b).await;
+                }
                 break StreamEnd::UpstreamBroke;
             }
             Some(Ok(frame)) => {
                 let Ok(data) = frame.into_data() else { continue };
                 let mut abort = false;
-                for (name, payload) in splitter.push(&data) {
+                let events = splitter.push(&data);
+                for (name, payload) in &events {
                     if let Verdict::Abort { .. } =
-                        watchdog.observe(gw.clock.now(), classify_sse(name.as_deref(), &payload))
+                        watchdog.observe(gw.clock.now(), classify_sse(name.as_deref(), payload))
                     {
                         abort = true;
                     }
                 }
-                if tx.send_data(data).await.is_err() {
+                if let Some(out) = down.data(data, &events)
+                    && tx.send_data(out).await.is_err()
+                {
                     break StreamEnd::ClientGone;
                 }
                 if abort {
-                    let _ = tx
-                        .send_data(error_event(
-                            format,
-                            STREAM_THROUGHPUT_TOO_LOW,
-                            "the upstream stream was too slow and was aborted",
-                        ))
-                        .await;
+                    if let Some(b) = down.error(STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted") {
+                        let _ = tx.send_data(b).await;
+                    }
                     break StreamEnd::TooSlow;
                 }
             }

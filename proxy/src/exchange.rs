@@ -1,0 +1,206 @@
+//! What the client speaks against what each provider speaks: the request body and headers
+//! prepared once per provider format, and the answer turned back into the client's API.
+
+use crate::config::Format;
+use crate::errors::ErrorShape;
+use crate::translate::stream::{Chain, ChatToMessages, ChatToResponses, MessagesToChat, Translate};
+use crate::translate::{ClientApi, Translated, Untranslatable, chat_messages, messages_chat, passthrough};
+use crate::translate::{responses, responses::ResponseBuilder};
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::Value;
+
+/// The Anthropic API version sent when the client names none.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The wire format behind a client API (the Responses API is served over chat).
+pub fn wire(api: ClientApi) -> Format {
+    match api {
+        ClientApi::Chat | ClientApi::Responses => Format::Openai,
+        ClientApi::Messages => Format::Anthropic,
+    }
+}
+
+/// The error shape a client API expects.
+pub fn error_shape(api: ClientApi) -> ErrorShape {
+    match api {
+        ClientApi::Messages => ErrorShape::Anthropic,
+        ClientApi::Chat | ClientApi::Responses => ErrorShape::OpenAi,
+    }
+}
+
+/// Client headers that carry meaning for a provider's API.
+#[derive(Debug, Clone, Default)]
+pub struct ApiHeaders {
+    /// `anthropic-beta`.
+    pub anthropic_beta: Option<String>,
+    /// `anthropic-version`.
+    pub anthropic_version: Option<String>,
+    /// `OpenAI-Beta`.
+    pub openai_beta: Option<String>,
+}
+
+impl ApiHeaders {
+    /// Reads them from a request.
+    pub fn from(headers: &HeaderMap) -> Self {
+        let get = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        ApiHeaders {
+            anthropic_beta: get("anthropic-beta"),
+            anthropic_version: get("anthropic-version"),
+            openai_beta: get("openai-beta"),
+        }
+    }
+}
+
+/// One client request, in its client's wire format.
+pub struct Inbound {
+    /// The API the client called.
+    pub api: ClientApi,
+    /// The body in `wire(api)`'s format (a Responses request already turned into chat).
+    pub body: Value,
+    /// The client's own bytes, when `body` is what it sent.
+    pub raw: Option<Bytes>,
+    /// Whether the client asked for a stream.
+    pub stream: bool,
+    /// Whether a chat client asked for a usage chunk.
+    pub include_usage: bool,
+    /// Meaningful client headers.
+    pub headers: ApiHeaders,
+    /// Builds the Response object for a Responses client.
+    pub responses: Option<ResponseBuilder>,
+    /// Fields left behind before any provider was chosen (Responses → chat).
+    pub dropped: Vec<String>,
+    /// Unix seconds, for `created` fields.
+    pub created: u64,
+}
+
+impl Inbound {
+    /// A Chat or Messages request as the client sent it.
+    pub fn direct(api: ClientApi, body: Value, raw: Bytes, headers: ApiHeaders, created: u64) -> Self {
+        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
+        Inbound { api, body, raw: Some(raw), stream, include_usage, headers, responses: None, dropped: Vec::new(), created }
+    }
+
+    /// A Responses request: translated to chat now; `id` names the response.
+    pub fn responses(body: &Value, headers: ApiHeaders, id: &str, created: u64) -> Result<Self, Untranslatable> {
+        let Translated { body: chat, dropped } = responses::request(body)?;
+        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        Ok(Inbound {
+            api: ClientApi::Responses,
+            body: chat,
+            raw: None,
+            stream,
+            include_usage: true,
+            headers,
+            responses: Some(ResponseBuilder::new(id, created, body)),
+            dropped,
+            created,
+        })
+    }
+}
+
+/// The request for providers of one format.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The body; the gateway sets `model` per target.
+    pub body: Value,
+    /// The client's bytes, for a same-format hop.
+    pub raw: Option<Bytes>,
+    /// Advisory fields dropped on the way, for the `x-ferroute-translation-dropped` header.
+    pub dropped: Vec<String>,
+    /// API headers to send.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl Prepared {
+    /// The body for one target's model.
+    pub fn body_for(&mut self, model: &str) -> Result<Vec<u8>, serde_json::Error> {
+        if let Some(out) = self.raw.as_deref().and_then(|raw| passthrough::replace_model(raw, model)) {
+            return Ok(out);
+        }
+        self.body["model"] = Value::String(model.to_owned());
+        serde_json::to_vec(&self.body)
+    }
+}
+
+/// Prepares `inb` for providers speaking `format`.
+pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable> {
+    let mut dropped = inb.dropped.clone();
+    let mut headers = Vec::new();
+    let same = wire(inb.api) == format;
+    let (body, raw) = if same {
+        (inb.body.clone(), inb.raw.clone())
+    } else {
+        let t = match format {
+            Format::Anthropic => chat_messages::request(&inb.body)?,
+            Format::Openai => messages_chat::request(&inb.body)?,
+        };
+        dropped.extend(t.dropped);
+        (t.body, None)
+    };
+    match (format, inb.api) {
+        (Format::Anthropic, ClientApi::Messages) => {
+            if let Some(b) = &inb.headers.anthropic_beta {
+                headers.push(("anthropic-beta", b.clone()));
+            }
+            let v = inb.headers.anthropic_version.clone().unwrap_or_else(|| ANTHROPIC_VERSION.to_owned());
+            headers.push(("anthropic-version", v));
+        }
+        (Format::Anthropic, _) => headers.push(("anthropic-version", ANTHROPIC_VERSION.to_owned())),
+        (Format::Openai, ClientApi::Messages) => {
+            if let Some(b) = &inb.headers.anthropic_beta {
+                dropped.extend(messages_chat::betas(b)?);
+            }
+        }
+        (Format::Openai, ClientApi::Chat) => {
+            if let Some(b) = &inb.headers.openai_beta {
+                headers.push(("openai-beta", b.clone()));
+            }
+        }
+        (Format::Openai, ClientApi::Responses) => {}
+    }
+    let mut seen = Vec::new();
+    dropped.retain(|d| {
+        let fresh = !seen.contains(d);
+        seen.push(d.clone());
+        fresh
+    });
+    Ok(Prepared { body, raw, dropped, headers })
+}
+
+/// A whole (non-streamed) upstream answer in the client's API; `Err` when the provider's body
+/// is not the JSON its format promises.
+pub fn answer(inb: &Inbound, format: Format, body: Bytes) -> Result<Bytes, String> {
+    if wire(inb.api) == format && inb.responses.is_none() {
+        return Ok(body);
+    }
+    let v: Value = serde_json::from_slice(&body).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    if !v.is_object() {
+        return Err("the answer is not a JSON object".into());
+    }
+    let in_wire = match (format, wire(inb.api)) {
+        (Format::Anthropic, Format::Openai) => chat_messages::response(&v, inb.created),
+        (Format::Openai, Format::Anthropic) => messages_chat::response(&v),
+        _ => v,
+    };
+    let out = match &inb.responses {
+        Some(b) => b.clone().from_chat(&in_wire),
+        None => in_wire,
+    };
+    Ok(Bytes::from(out.to_string()))
+}
+
+/// The stream translator from a provider's events to the client's, if the formats differ.
+pub fn translator(inb: &Inbound, format: Format) -> Option<Box<dyn Translate>> {
+    match (format, inb.api, inb.responses.clone()) {
+        (Format::Openai, ClientApi::Chat, _) | (Format::Anthropic, ClientApi::Messages, _) => None,
+        (Format::Anthropic, ClientApi::Chat, _) => Some(Box::new(MessagesToChat::new(inb.created, inb.include_usage))),
+        (Format::Openai, ClientApi::Messages, _) => Some(Box::new(ChatToMessages::new())),
+        (Format::Openai, ClientApi::Responses, Some(b)) => Some(Box::new(ChatToResponses::new(b))),
+        (Format::Anthropic, ClientApi::Responses, Some(b)) => {
+            Some(Box::new(Chain::new(MessagesToChat::new(inb.created, true), ChatToResponses::new(b))))
+        }
+        (_, ClientApi::Responses, None) => None,
+    }
+}

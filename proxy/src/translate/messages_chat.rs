@@ -1,0 +1,326 @@
+//! An Anthropic Messages request to an OpenAI-format provider: the request to Chat
+//! Completions, the chat answer back to a Messages answer, and the `anthropic-beta` header.
+
+use super::{
+    Translated, Untranslatable, effort_for_budget, joined_text, messages_usage, parse_arguments, stop_reason, str_of,
+};
+use serde_json::{Map, Value, json};
+
+/// Fields of a Messages request that carry over; `context_management` is advice about long
+/// contexts (clear old tool results past a threshold) that a chat provider cannot follow, so
+/// it is dropped and named. Any other field is refused.
+const KNOWN: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "max_tokens",
+    "metadata",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "service_tier",
+    "context_management",
+];
+
+/// Beta features that change only how the provider serves a request, not what it answers;
+/// across a translation they are dropped and named.
+const ADVISORY_BETAS: &[&str] = &[
+    "claude-code-",
+    "interleaved-thinking-",
+    "context-management-",
+    "fine-grained-tool-streaming-",
+    "prompt-caching-",
+    "token-efficient-tools-",
+    "output-128k-",
+    "context-1m-",
+    "extended-cache-ttl-",
+    "oauth-",
+];
+
+/// Checks the client's `anthropic-beta` header for a chat provider: advisory betas are
+/// returned to be named as dropped; a beta whose feature a chat provider lacks is refused.
+pub fn betas(header: &str) -> Result<Vec<String>, Untranslatable> {
+    let mut dropped = Vec::new();
+    for beta in header.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+        if ADVISORY_BETAS.iter().any(|p| beta.starts_with(p)) {
+            dropped.push(format!("anthropic-beta:{beta}"));
+        } else {
+            return Err(Untranslatable::new(
+                format!("anthropic-beta: {beta}"),
+                "this beta feature exists only on Anthropic-format providers",
+            ));
+        }
+    }
+    Ok(dropped)
+}
+
+/// Messages request → chat request.
+pub fn request(msg: &Value) -> Result<Translated, Untranslatable> {
+    let Some(obj) = msg.as_object() else { return Err(Untranslatable::new("body", "must be a JSON object")) };
+    if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(Untranslatable::new(k.as_str(), "OpenAI Chat Completions has no such field"));
+    }
+    if obj.get("top_k").is_some_and(|v| !v.is_null()) {
+        return Err(Untranslatable::new("top_k", "OpenAI Chat Completions has no top-k sampling"));
+    }
+    let mut out = Translated { body: json!({}), dropped: Vec::new() };
+    let mut body = Map::new();
+    let mut messages = Vec::new();
+    match obj.get("system") {
+        None | Some(Value::Null) => {}
+        Some(s) => {
+            if s.as_array().is_some_and(|a| a.iter().any(|b| b.get("cache_control").is_some())) {
+                out.note("cache_control");
+            }
+            let text = system_text(s)?;
+            if !text.is_empty() {
+                messages.push(json!({"role": "system", "content": text}));
+            }
+        }
+    }
+    let Some(list) = obj.get("messages").and_then(Value::as_array) else {
+        return Err(Untranslatable::new("messages", "must be an array"));
+    };
+    for (i, m) in list.iter().enumerate() {
+        turn(m, i, &mut messages, &mut out)?;
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if let Some(n) = obj.get("max_tokens").filter(|v| !v.is_null()) {
+        body.insert("max_tokens".into(), n.clone());
+    }
+    for k in ["temperature", "top_p", "stream"] {
+        if let Some(v) = obj.get(k).filter(|v| !v.is_null()) {
+            body.insert(k.into(), v.clone());
+        }
+    }
+    if obj.get("stream") == Some(&Value::Bool(true)) {
+        // Usage arrives in a last chunk only when asked for; message_delta needs it.
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    if let Some(s) = obj.get("stop_sequences").and_then(Value::as_array).filter(|s| !s.is_empty()) {
+        body.insert("stop".into(), Value::Array(s.clone()));
+    }
+    if let Some(m) = obj.get("metadata").and_then(Value::as_object) {
+        if let Some(k) = m.keys().find(|k| *k != "user_id") {
+            return Err(Untranslatable::new(format!("metadata.{k}"), "only metadata.user_id has a chat equivalent"));
+        }
+        if let Some(u) = m.get("user_id").and_then(Value::as_str) {
+            body.insert("user".into(), u.into());
+        }
+    }
+    match obj.get("thinking") {
+        Some(t) if str_of(t, "type") == Some("enabled") => {
+            let budget = t.get("budget_tokens").and_then(Value::as_u64).unwrap_or(0);
+            body.insert("reasoning_effort".into(), effort_for_budget(budget).into());
+        }
+        _ => {}
+    }
+    tools(obj, &mut body, &mut out)?;
+    if obj.get("context_management").is_some_and(|v| !v.is_null()) {
+        out.note("context_management");
+    }
+    if obj.get("service_tier").is_some_and(|v| !v.is_null()) {
+        out.note("service_tier");
+    }
+    out.body = Value::Object(body);
+    Ok(out)
+}
+
+fn system_text(s: &Value) -> Result<String, Untranslatable> {
+    match s {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(blocks) => {
+            let mut parts = Vec::new();
+            for (i, b) in blocks.iter().enumerate() {
+                match (str_of(b, "type"), str_of(b, "text")) {
+                    (Some("text"), Some(t)) => parts.push(t.to_owned()),
+                    (kind, _) => {
+                        return Err(Untranslatable::new(
+                            format!("system[{i}].type={}", kind.unwrap_or("unknown")),
+                            "a system prompt carries text only",
+                        ));
+                    }
+                }
+            }
+            Ok(parts.join("\n\n"))
+        }
+        _ => Err(Untranslatable::new("system", "must be a string or a list of text blocks")),
+    }
+}
+
+/// One Messages turn → chat messages: tool results become `tool` messages (before the rest
+/// of the user turn), tool uses become `tool_calls`, thinking blocks in the history are
+/// dropped and named (a chat provider takes no reasoning as input).
+fn turn(m: &Value, i: usize, out: &mut Vec<Value>, t: &mut Translated) -> Result<(), Untranslatable> {
+    let role = match str_of(m, "role") {
+        Some(r @ ("user" | "assistant")) => r,
+        other => {
+            return Err(Untranslatable::new(
+                format!("messages[{i}].role={}", other.unwrap_or("missing")),
+                "a turn is user or assistant",
+            ));
+        }
+    };
+    let blocks = match m.get("content") {
+        Some(Value::String(s)) => {
+            out.push(json!({"role": role, "content": s}));
+            return Ok(());
+        }
+        Some(Value::Array(b)) => b,
+        _ => return Err(Untranslatable::new(format!("messages[{i}].content"), "must be a string or blocks")),
+    };
+    let mut parts: Vec<Value> = Vec::new();
+    let mut calls = Vec::new();
+    for (j, b) in blocks.iter().enumerate() {
+        let field = format!("messages[{i}].content[{j}]");
+        if b.get("cache_control").is_some() {
+            t.note("cache_control");
+        }
+        match str_of(b, "type") {
+            Some("text") => parts.push(json!({"type": "text", "text": str_of(b, "text").unwrap_or("")})),
+            Some("image") if role == "user" => parts.push(image_part(b, &field)?),
+            Some("tool_use") if role == "assistant" => calls.push(json!({
+                "id": str_of(b, "id").unwrap_or(""),
+                "type": "function",
+                "function": {
+                    "name": str_of(b, "name").unwrap_or(""),
+                    "arguments": b.get("input").map_or_else(|| "{}".to_owned(), Value::to_string),
+                },
+            })),
+            Some("tool_result") if role == "user" => {
+                let mut text = joined_text(b.get("content"), &format!("{field}.content"))?;
+                if b.get("is_error") == Some(&Value::Bool(true)) {
+                    text = format!("[tool error] {text}");
+                }
+                out.push(json!({"role": "tool", "tool_call_id": str_of(b, "tool_use_id").unwrap_or(""), "content": text}));
+            }
+            Some("thinking" | "redacted_thinking") if role == "assistant" => t.note("thinking blocks in the history"),
+            other => {
+                return Err(Untranslatable::new(
+                    format!("{field}.type={}", other.unwrap_or("unknown")),
+                    format!("a chat provider cannot take this block in a {role} turn"),
+                ));
+            }
+        }
+    }
+    if role == "assistant" {
+        let text: String = parts.iter().filter_map(|p| str_of(p, "text")).collect();
+        if text.is_empty() && calls.is_empty() {
+            return Ok(());
+        }
+        let mut msg = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
+        if !calls.is_empty() {
+            msg["tool_calls"] = Value::Array(calls);
+        }
+        out.push(msg);
+    } else if !parts.is_empty() {
+        let only_text = parts.iter().all(|p| p["type"] == "text");
+        let content = if only_text && parts.len() == 1 { parts[0]["text"].clone() } else { Value::Array(parts) };
+        out.push(json!({"role": "user", "content": content}));
+    }
+    Ok(())
+}
+
+fn image_part(b: &Value, field: &str) -> Result<Value, Untranslatable> {
+    let src = b.get("source").unwrap_or(&Value::Null);
+    let url = match str_of(src, "type") {
+        Some("base64") => format!(
+            "data:{};base64,{}",
+            str_of(src, "media_type").unwrap_or("image/png"),
+            str_of(src, "data").unwrap_or("")
+        ),
+        Some("url") => str_of(src, "url").unwrap_or("").to_owned(),
+        other => {
+            return Err(Untranslatable::new(
+                format!("{field}.source.type={}", other.unwrap_or("unknown")),
+                "a chat provider takes images as base64 or URL",
+            ));
+        }
+    };
+    Ok(json!({"type": "image_url", "image_url": {"url": url}}))
+}
+
+fn tools(obj: &Map<String, Value>, body: &mut Map<String, Value>, t: &mut Translated) -> Result<(), Untranslatable> {
+    if let Some(list) = obj.get("tools").and_then(Value::as_array).filter(|l| !l.is_empty()) {
+        let mut tools = Vec::new();
+        for (i, tool) in list.iter().enumerate() {
+            // Client tools have no `type` (or "custom"); server tools carry a versioned type.
+            if let Some(kind) = str_of(tool, "type").filter(|k| *k != "custom") {
+                return Err(Untranslatable::new(
+                    format!("tools[{i}].type={kind}"),
+                    "server tools run only on Anthropic-format providers",
+                ));
+            }
+            let Some(name) = str_of(tool, "name") else {
+                return Err(Untranslatable::new(format!("tools[{i}].name"), "a tool needs a name"));
+            };
+            if tool.get("cache_control").is_some() {
+                t.note("cache_control");
+            }
+            let mut f = json!({"name": name, "parameters": tool.get("input_schema").cloned().unwrap_or_else(|| json!({"type": "object"}))});
+            if let Some(d) = str_of(tool, "description") {
+                f["description"] = d.into();
+            }
+            tools.push(json!({"type": "function", "function": f}));
+        }
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(c) = obj.get("tool_choice").filter(|c| !c.is_null()) {
+        let choice = match str_of(c, "type") {
+            Some("auto") => json!("auto"),
+            Some("any") => json!("required"),
+            Some("none") => json!("none"),
+            Some("tool") => json!({"type": "function", "function": {"name": str_of(c, "name").unwrap_or("")}}),
+            other => {
+                return Err(Untranslatable::new(
+                    format!("tool_choice.type={}", other.unwrap_or("missing")),
+                    "unknown tool choice",
+                ));
+            }
+        };
+        if c.get("disable_parallel_tool_use") == Some(&Value::Bool(true)) && body.contains_key("tools") {
+            body.insert("parallel_tool_calls".into(), Value::Bool(false));
+        }
+        body.insert("tool_choice".into(), choice);
+    }
+    Ok(())
+}
+
+/// Chat completion → Messages answer.
+pub fn response(chat: &Value) -> Value {
+    let choice = chat.pointer("/choices/0").unwrap_or(&Value::Null);
+    let message = choice.get("message").unwrap_or(&Value::Null);
+    let mut content = Vec::new();
+    if let Some(r) = message.get("reasoning_content").and_then(Value::as_str).filter(|r| !r.is_empty()) {
+        content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+    }
+    if let Some(text) = message.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        content.push(json!({"type": "text", "text": text}));
+    }
+    if let Some(refusal) = message.get("refusal").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        content.push(json!({"type": "text", "text": refusal}));
+    }
+    for c in message.get("tool_calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+        content.push(json!({
+            "type": "tool_use",
+            "id": str_of(c, "id").unwrap_or(""),
+            "name": c.pointer("/function/name").and_then(Value::as_str).unwrap_or(""),
+            "input": parse_arguments(c.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("")),
+        }));
+    }
+    json!({
+        "id": format!("msg_{}", str_of(chat, "id").unwrap_or("ferroute")),
+        "type": "message",
+        "role": "assistant",
+        "model": str_of(chat, "model").unwrap_or(""),
+        "content": content,
+        "stop_reason": stop_reason(str_of(choice, "finish_reason").unwrap_or("stop")),
+        "stop_sequence": null,
+        "usage": messages_usage(chat.get("usage")),
+    })
+}

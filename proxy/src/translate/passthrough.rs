@@ -1,0 +1,130 @@
+//! Same-format hops: the client's body reaches the provider byte for byte except for the value
+//! of its top-level `model` (key order, number spelling and unknown fields all kept).
+
+/// Returns `raw` with every top-level `"model"` value replaced by `model` (a JSON string), or
+/// `None` when `raw` is not a JSON object with such a member.
+pub fn replace_model(raw: &[u8], model: &str) -> Option<Vec<u8>> {
+    let mut spans = Vec::new();
+    let mut i = skip_ws(raw, 0);
+    if raw.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(raw, i + 1);
+    if raw.get(i) == Some(&b'}') {
+        return None;
+    }
+    loop {
+        let key_start = i;
+        let key_end = skip_string(raw, i)?;
+        let key = &raw[key_start..key_end];
+        i = skip_ws(raw, key_end);
+        if raw.get(i) != Some(&b':') {
+            return None;
+        }
+        let value_start = skip_ws(raw, i + 1);
+        let value_end = skip_value(raw, value_start)?;
+        if key == b"\"model\"" {
+            spans.push((value_start, value_end));
+        }
+        i = skip_ws(raw, value_end);
+        match raw.get(i) {
+            Some(b',') => i = skip_ws(raw, i + 1),
+            Some(b'}') => break,
+            _ => return None,
+        }
+    }
+    if spans.is_empty() {
+        return None;
+    }
+    let encoded = serde_json::to_vec(model).ok()?;
+    let mut out = Vec::with_capacity(raw.len() + encoded.len());
+    let mut at = 0;
+    for (s, e) in spans {
+        out.extend_from_slice(&raw[at..s]);
+        out.extend_from_slice(&encoded);
+        at = e;
+    }
+    out.extend_from_slice(&raw[at..]);
+    Some(out)
+}
+
+fn skip_ws(raw: &[u8], mut i: usize) -> usize {
+    while raw.get(i).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The end (exclusive) of the string starting at `i`.
+fn skip_string(raw: &[u8], i: usize) -> Option<usize> {
+    if raw.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    loop {
+        match raw.get(j)? {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+}
+
+/// The end (exclusive) of the value starting at `i`.
+fn skip_value(raw: &[u8], i: usize) -> Option<usize> {
+    match raw.get(i)? {
+        b'"' => skip_string(raw, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match raw.get(j)? {
+                    b'"' => {
+                        j = skip_string(raw, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let mut j = i;
+            while raw.get(j).is_some_and(|b| !matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')) {
+                j += 1;
+            }
+            (j > i).then_some(j)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_model;
+
+    #[test]
+    fn only_the_top_level_model_changes() {
+        let raw = br#"{ "z": 1.50, "model" : "combo", "messages":[{"model":"inner","x":"}\"{"}], "a": 1e3 }"#;
+        let out = replace_model(raw, "claude-\"x\"").expect("replaced");
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            r#"{ "z": 1.50, "model" : "claude-\"x\"", "messages":[{"model":"inner","x":"}\"{"}], "a": 1e3 }"#
+        );
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read() {
+        assert_eq!(replace_model(b"[1]", "m"), None);
+        assert_eq!(replace_model(b"{}", "m"), None);
+        assert_eq!(replace_model(br#"{"a":1}"#, "m"), None);
+        assert_eq!(replace_model(br#"{"model":"#, "m"), None);
+        assert_eq!(replace_model(br#"{"model":"x""#, "m"), None);
+    }
+}
