@@ -210,6 +210,8 @@ pub mod demo {
     pub const PROVIDER: &str = "demo";
     /// The flaky provider.
     pub const FLAKY_PROVIDER: &str = "demo-flaky";
+    /// The same echo behind an Anthropic-format provider (requests are translated).
+    pub const CLAUDE_PROVIDER: &str = "demo-claude";
     /// The combo clients ask for as `demo/flaky`.
     pub const FLAKY_COMBO: &str = "demo/flaky";
     /// Placeholder base URL, replaced with the demo upstream's address at start.
@@ -441,7 +443,7 @@ fn core_errors(e: CoreConfigError, prefix: &str) -> Vec<FieldError> {
 fn add_demo(raw: &mut RawConfig) {
     let provider = |id: &str, models: &[&str]| ProviderConfig {
         id: id.into(),
-        format: Format::Openai,
+        format: if id == demo::CLAUDE_PROVIDER { Format::Anthropic } else { Format::Openai },
         base_url: demo::BASE_URL.into(),
         class: ProviderClass::Local,
         models: models.iter().map(|m| (*m).to_owned()).collect(),
@@ -456,10 +458,12 @@ fn add_demo(raw: &mut RawConfig) {
         disable_cooling: false,
         request_queue: None,
     };
-    raw.providers.push(provider(demo::PROVIDER, &["echo"]));
+    raw.providers.push(provider(demo::PROVIDER, &["echo", "tools"]));
     raw.providers.push(provider(demo::FLAKY_PROVIDER, &["flaky"]));
+    raw.providers.push(provider(demo::CLAUDE_PROVIDER, &["echo", "tools"]));
     raw.connections.push(connection("demo-1", demo::PROVIDER));
     raw.connections.push(connection("demo-flaky-1", demo::FLAKY_PROVIDER));
+    raw.connections.push(connection("demo-claude-1", demo::CLAUDE_PROVIDER));
     raw.combos.push(ComboConfig {
         name: demo::FLAKY_COMBO.into(),
         strategy: "priority".into(),

@@ -79,7 +79,17 @@ impl Inbound {
     pub fn direct(api: ClientApi, body: Value, raw: Bytes, headers: ApiHeaders, created: u64) -> Self {
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
         let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
-        Inbound { api, body, raw: Some(raw), stream, include_usage, headers, responses: None, dropped: Vec::new(), created }
+        Inbound {
+            api,
+            body,
+            raw: Some(raw),
+            stream,
+            include_usage,
+            headers,
+            responses: None,
+            dropped: Vec::new(),
+            created,
+        }
     }
 
     /// A Responses request: translated to chat now; `id` names the response.

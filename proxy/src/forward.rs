@@ -460,7 +460,8 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     prep: &mut Prepared,
 ) -> Result<Request<Full<Bytes>>, ProxyError> {
     let (provider, connection) = gw.parts(t);
-    let body = prep.body_for(&t.model).map_err(|e| ProxyError::new(Source::Internal, 500, "internal", e.to_string()))?;
+    let body =
+        prep.body_for(&t.model).map_err(|e| ProxyError::new(Source::Internal, 500, "internal", e.to_string()))?;
     let path = match provider.format {
         Format::Openai => "/chat/completions",
         Format::Anthropic => "/messages",

@@ -128,7 +128,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 p.base_url = format!("http://{addr}/v1");
             }
         }
-        tracing::info!(upstream = %addr, "no provider configured: serving the built-in demo provider (models demo/echo, demo/flaky)");
+        tracing::info!(upstream = %addr, "no provider configured: serving the built-in demo providers (demo/echo, demo/tools, demo/flaky; demo-claude/echo and demo-claude/tools speak the Anthropic format)");
     }
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let data_dir = PathBuf::from(&config.server.data_dir);

@@ -2,10 +2,10 @@
 //! watchdog watches the live stream, and finalisation happens exactly once.
 
 use crate::errors::Body;
-use crate::translate::ClientApi;
-use crate::translate::stream::{Event, Translate, write};
 use crate::forward::{Attempt, SELECTED};
 use crate::gateway::Slot;
+use crate::translate::ClientApi;
+use crate::translate::stream::{Event, Translate, write};
 use bytes::Bytes;
 use ferroute_core::engine::AttemptOutcome;
 use ferroute_core::watchdog::{STREAM_THROUGHPUT_TOO_LOW, Verdict, Watchdog, classify_sse};
@@ -269,7 +269,9 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
                     break StreamEnd::ClientGone;
                 }
                 if abort {
-                    if let Some(b) = down.error(STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted") {
+                    if let Some(b) =
+                        down.error(STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted")
+                    {
                         let _ = tx.send_data(b).await;
                     }
                     break StreamEnd::TooSlow;

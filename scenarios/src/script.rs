@@ -83,6 +83,17 @@ pub enum Behaviour {
         #[serde(default)]
         chunk_ms: u64,
     },
+    /// Like `Echo`, but a request that declares tools gets a call of its first tool with
+    /// `{"text": <last user text>}`, and a request whose last turn is that tool's result gets
+    /// `tool said: <result>` (a whole tool loop, in either wire format).
+    ToolEcho {
+        /// Delay before the headers.
+        #[serde(default)]
+        latency_ms: u64,
+        /// Delay between streamed pieces.
+        #[serde(default)]
+        chunk_ms: u64,
+    },
     /// A 200 SSE stream playing `events`.
     Stream {
         /// Delay before the headers.
@@ -130,6 +141,11 @@ impl Behaviour {
     /// An echo without delays.
     pub fn echo() -> Self {
         Behaviour::Echo { latency_ms: 0, chunk_ms: 0 }
+    }
+
+    /// A tool-calling echo without delays.
+    pub fn tool_echo() -> Self {
+        Behaviour::ToolEcho { latency_ms: 0, chunk_ms: 0 }
     }
 }
 

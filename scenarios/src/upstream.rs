@@ -230,6 +230,120 @@ fn echo_json(text: &str, model: &str, anthropic: bool) -> String {
     }
 }
 
+/// What a tool-calling echo does with a request.
+enum ToolTurn {
+    /// Call this tool.
+    Call(String),
+    /// The last turn is a tool result with this text.
+    Result(String),
+    /// No tools: echo.
+    Plain,
+}
+
+fn tool_turn(json: &serde_json::Value, anthropic: bool) -> ToolTurn {
+    let last = json.get("messages").and_then(|m| m.as_array()).and_then(|m| m.last());
+    let text_of = |c: Option<&serde_json::Value>| match c {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(|t| t.as_str())).collect::<Vec<_>>().join("")
+        }
+        _ => String::new(),
+    };
+    if let Some(m) = last {
+        if !anthropic && m.get("role").and_then(|r| r.as_str()) == Some("tool") {
+            return ToolTurn::Result(text_of(m.get("content")));
+        }
+        if anthropic
+            && let Some(r) = m
+                .get("content")
+                .and_then(|c| c.as_array())
+                .and_then(|b| b.iter().find(|b| b.get("type").and_then(|t| t.as_str()) == Some("tool_result")))
+        {
+            return ToolTurn::Result(text_of(r.get("content")));
+        }
+    }
+    let first = json.get("tools").and_then(|t| t.as_array()).and_then(|t| t.first());
+    let name = first.and_then(|t| if anthropic { t.get("name") } else { t.pointer("/function/name") });
+    match name.and_then(|n| n.as_str()) {
+        Some(n) => ToolTurn::Call(n.to_owned()),
+        None => ToolTurn::Plain,
+    }
+}
+
+fn tool_call_json(name: &str, text: &str, model: &str, anthropic: bool) -> String {
+    let input = serde_json::json!({ "text": text });
+    if anthropic {
+        serde_json::json!({"id":"msg_tool","type":"message","role":"assistant","model":model,
+            "content":[{"type":"tool_use","id":"toolu_echo_1","name":name,"input":input}],"stop_reason":"tool_use",
+            "stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":5}})
+        .to_string()
+    } else {
+        serde_json::json!({"id":"chatcmpl-tool","object":"chat.completion","created":0,"model":model,
+            "choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_echo_1","type":"function",
+            "function":{"name":name,"arguments":input.to_string()}}]},"finish_reason":"tool_calls"}],
+            "usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}})
+        .to_string()
+    }
+}
+
+/// A streamed call of `name`, its arguments split in two deltas.
+fn tool_call_events(name: &str, text: &str, model: &str, chunk_ms: u64, anthropic: bool) -> Vec<SseEvent> {
+    let args = serde_json::json!({ "text": text }).to_string();
+    let mid = args.char_indices().nth(args.chars().count() / 2).map_or(0, |(i, _)| i);
+    let (a, b) = args.split_at(mid);
+    let ev = |name: Option<&str>, data: serde_json::Value| SseEvent {
+        after_ms: chunk_ms,
+        event: name.map(str::to_owned),
+        data: data.to_string(),
+    };
+    if anthropic {
+        vec![
+            ev(
+                Some("message_start"),
+                serde_json::json!({"type":"message_start","message":{"id":"msg_tool","type":"message","role":"assistant","model":model,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":0}}}),
+            ),
+            ev(
+                Some("content_block_start"),
+                serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_echo_1","name":name,"input":{}}}),
+            ),
+            ev(
+                Some("content_block_delta"),
+                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":a}}),
+            ),
+            ev(
+                Some("content_block_delta"),
+                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":b}}),
+            ),
+            ev(Some("content_block_stop"), serde_json::json!({"type":"content_block_stop","index":0})),
+            ev(
+                Some("message_delta"),
+                serde_json::json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
+            ),
+            ev(Some("message_stop"), serde_json::json!({"type":"message_stop"})),
+        ]
+    } else {
+        let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+            ev(
+                None,
+                serde_json::json!({"id":"chatcmpl-tool","object":"chat.completion.chunk","created":0,"model":model,
+                "choices":[{"index":0,"delta":delta,"finish_reason":finish}]}),
+            )
+        };
+        vec![
+            chunk(serde_json::json!({"role":"assistant","content":null}), serde_json::Value::Null),
+            chunk(
+                serde_json::json!({"tool_calls":[{"index":0,"id":"call_echo_1","type":"function","function":{"name":name,"arguments":""}}]}),
+                serde_json::Value::Null,
+            ),
+            chunk(serde_json::json!({"tool_calls":[{"index":0,"function":{"arguments":a}}]}), serde_json::Value::Null),
+            chunk(serde_json::json!({"tool_calls":[{"index":0,"function":{"arguments":b}}]}), serde_json::Value::Null),
+            chunk(serde_json::json!({}), serde_json::json!("tool_calls")),
+            SseEvent::usage(0),
+            SseEvent::done(0),
+        ]
+    }
+}
+
 async fn play(
     b: Behaviour,
     json: &serde_json::Value,
@@ -254,6 +368,22 @@ async fn play(
                 Ok(sse_response(echo_events(&text, &model, chunk_ms, anthropic), false))
             } else {
                 Ok(full(200, &BTreeMap::new(), echo_json(&text, &model, anthropic)))
+            }
+        }
+        Behaviour::ToolEcho { latency_ms, chunk_ms } => {
+            sleep(latency_ms).await;
+            let (text, call) = match tool_turn(json, anthropic) {
+                ToolTurn::Call(name) => (last_user_text(json), Some(name)),
+                ToolTurn::Result(r) => (format!("tool said: {r}"), None),
+                ToolTurn::Plain => (last_user_text(json), None),
+            };
+            match (call, stream) {
+                (Some(name), true) => {
+                    Ok(sse_response(tool_call_events(&name, &text, &model, chunk_ms, anthropic), false))
+                }
+                (Some(name), false) => Ok(full(200, &BTreeMap::new(), tool_call_json(&name, &text, &model, anthropic))),
+                (None, true) => Ok(sse_response(echo_events(&text, &model, chunk_ms, anthropic), false)),
+                (None, false) => Ok(full(200, &BTreeMap::new(), echo_json(&text, &model, anthropic))),
             }
         }
         Behaviour::Stream { latency_ms, events, reset_after } => {

@@ -389,16 +389,17 @@ async fn bad_input_gets_a_clear_4xx() {
     let r = send("GET", &gw.url("/nowhere"), &[], "").await;
     assert_eq!(r.status, 404);
     // Anthropic clients get Anthropic-shaped errors, and what cannot be translated is named.
-    let r = send("POST", &gw.url("/v1/messages"), &[], r#"{"model":"up/m","max_tokens":5,"top_k":3,"messages":[]}"#)
-        .await;
+    let r =
+        send("POST", &gw.url("/v1/messages"), &[], r#"{"model":"up/m","max_tokens":5,"top_k":3,"messages":[]}"#).await;
     assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(r.json()["type"], "error");
     assert_eq!(r.json()["error"]["code"], "untranslatable_feature");
     assert_eq!(r.json()["error"]["param"], "top_k");
     let r = send("POST", &gw.url("/v1/messages"), &[], r#"{"model":"up/m","messages":[]}"#).await;
     assert_eq!((r.status, r.json()["error"]["type"].as_str()), (400, Some("invalid_request_error")));
-    let r = send("POST", &gw.url("/v1/responses"), &[], r#"{"model":"up/m","input":"x","previous_response_id":"resp_1"}"#)
-        .await;
+    let r =
+        send("POST", &gw.url("/v1/responses"), &[], r#"{"model":"up/m","input":"x","previous_response_id":"resp_1"}"#)
+            .await;
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("stored_responses_unsupported")));
     let r = send("POST", &gw.url("/v1/responses"), &[], r#"{"model":"up/m"}"#).await;
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("missing_input")));

@@ -191,7 +191,10 @@ fn messages(list: Option<&Value>) -> Result<(String, Vec<Value>), Untranslatable
     for (i, m) in list.iter().enumerate() {
         let role = str_of(m, "role").unwrap_or("");
         if m.get("name").is_some_and(|n| !n.is_null()) {
-            return Err(Untranslatable::new(format!("messages[{i}].name"), "Anthropic messages carry no speaker names"));
+            return Err(Untranslatable::new(
+                format!("messages[{i}].name"),
+                "Anthropic messages carry no speaker names",
+            ));
         }
         let (role, blocks) = match role {
             "system" | "developer" => {
@@ -202,7 +205,10 @@ fn messages(list: Option<&Value>) -> Result<(String, Vec<Value>), Untranslatable
             "assistant" => ("assistant", assistant_blocks(m, i)?),
             "tool" => {
                 let Some(id) = str_of(m, "tool_call_id") else {
-                    return Err(Untranslatable::new(format!("messages[{i}].tool_call_id"), "a tool result needs its id"));
+                    return Err(Untranslatable::new(
+                        format!("messages[{i}].tool_call_id"),
+                        "a tool result needs its id",
+                    ));
                 };
                 let text = joined_text(m.get("content"), &format!("messages[{i}].content"))?;
                 ("user", vec![json!({"type": "tool_result", "tool_use_id": id, "content": text})])

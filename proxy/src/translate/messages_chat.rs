@@ -197,7 +197,9 @@ fn turn(m: &Value, i: usize, out: &mut Vec<Value>, t: &mut Translated) -> Result
                 if b.get("is_error") == Some(&Value::Bool(true)) {
                     text = format!("[tool error] {text}");
                 }
-                out.push(json!({"role": "tool", "tool_call_id": str_of(b, "tool_use_id").unwrap_or(""), "content": text}));
+                out.push(
+                    json!({"role": "tool", "tool_call_id": str_of(b, "tool_use_id").unwrap_or(""), "content": text}),
+                );
             }
             Some("thinking" | "redacted_thinking") if role == "assistant" => t.note("thinking blocks in the history"),
             other => {
@@ -213,7 +215,8 @@ fn turn(m: &Value, i: usize, out: &mut Vec<Value>, t: &mut Translated) -> Result
         if text.is_empty() && calls.is_empty() {
             return Ok(());
         }
-        let mut msg = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
+        let mut msg =
+            json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
         if !calls.is_empty() {
             msg["tool_calls"] = Value::Array(calls);
         }

@@ -126,7 +126,10 @@ fn text_format(t: &Value, chat: &mut Map<String, Value>) -> Result<(), Untransla
             chat.insert("response_format".into(), json!({"type": "json_schema", "json_schema": schema}));
         }
         other => {
-            return Err(Untranslatable::new(format!("text.format.type={}", other.unwrap_or("missing")), "unknown format"));
+            return Err(Untranslatable::new(
+                format!("text.format.type={}", other.unwrap_or("missing")),
+                "unknown format",
+            ));
         }
     }
     Ok(())
@@ -200,10 +203,12 @@ fn input_item(item: &Value, i: usize, messages: &mut Vec<Value>, out: &mut Trans
             });
             // Calls of one turn join the assistant message before them.
             match messages.last_mut() {
-                Some(last) if last["role"] == "assistant" => match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
-                    Some(calls) => calls.push(call),
-                    None => last["tool_calls"] = json!([call]),
-                },
+                Some(last) if last["role"] == "assistant" => {
+                    match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                        Some(calls) => calls.push(call),
+                        None => last["tool_calls"] = json!([call]),
+                    }
+                }
                 _ => messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
             }
         }
@@ -212,7 +217,9 @@ fn input_item(item: &Value, i: usize, messages: &mut Vec<Value>, out: &mut Trans
                 Some(Value::String(s)) => s.clone(),
                 other => joined_text(other, &format!("input[{i}].output"))?,
             };
-            messages.push(json!({"role": "tool", "tool_call_id": str_of(item, "call_id").unwrap_or(""), "content": output}));
+            messages.push(
+                json!({"role": "tool", "tool_call_id": str_of(item, "call_id").unwrap_or(""), "content": output}),
+            );
         }
         "reasoning" => out.note("reasoning items"),
         other => {
@@ -276,8 +283,16 @@ pub struct ResponseBuilder {
 }
 
 /// Request fields a Response object repeats.
-const ECHO: &[&str] =
-    &["instructions", "max_output_tokens", "parallel_tool_calls", "temperature", "top_p", "tool_choice", "tools", "text"];
+const ECHO: &[&str] = &[
+    "instructions",
+    "max_output_tokens",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "tool_choice",
+    "tools",
+    "text",
+];
 
 impl ResponseBuilder {
     /// For the Responses request `req`; `id` is unique per response.

@@ -187,13 +187,16 @@ impl Translate for MessagesToChat {
                 let d = v.get("delta").unwrap_or(&Value::Null);
                 let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
                 match str_of(d, "type") {
-                    Some("text_delta") => out.push(self.chunk(json!({"content": str_of(d, "text").unwrap_or("")}), None)),
+                    Some("text_delta") => {
+                        out.push(self.chunk(json!({"content": str_of(d, "text").unwrap_or("")}), None))
+                    }
                     Some("thinking_delta") => {
                         out.push(self.chunk(json!({"reasoning_content": str_of(d, "thinking").unwrap_or("")}), None))
                     }
                     Some("input_json_delta") => {
                         let ti = self.tools.get(&index).copied().unwrap_or(0);
-                        let call = json!({"index": ti, "function": {"arguments": str_of(d, "partial_json").unwrap_or("")}});
+                        let call =
+                            json!({"index": ti, "function": {"arguments": str_of(d, "partial_json").unwrap_or("")}});
                         out.push(self.chunk(json!({"tool_calls": [call]}), None));
                     }
                     _ => {}

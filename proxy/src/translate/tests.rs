@@ -24,18 +24,45 @@ fn parsed(events: &[Event]) -> Vec<Value> {
 fn anthropic_tool_stream() -> Vec<Event> {
     let ev = |n: &str, v: Value| (Some(n.to_owned()), v.to_string());
     vec![
-        ev("message_start", json!({"type":"message_start","message":{"id":"msg_014p7gG3wDgGV9EUtLvnow3U","type":"message","role":"assistant","model":"claude-sonnet-4-5","stop_sequence":null,"usage":{"input_tokens":472,"output_tokens":2},"content":[],"stop_reason":null}})),
-        ev("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+        ev(
+            "message_start",
+            json!({"type":"message_start","message":{"id":"msg_014p7gG3wDgGV9EUtLvnow3U","type":"message","role":"assistant","model":"claude-sonnet-4-5","stop_sequence":null,"usage":{"input_tokens":472,"output_tokens":2},"content":[],"stop_reason":null}}),
+        ),
+        ev(
+            "content_block_start",
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
         ev("ping", json!({"type":"ping"})),
-        ev("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Okay, let's check"}})),
-        ev("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" the weather."}})),
+        ev(
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Okay, let's check"}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" the weather."}}),
+        ),
         ev("content_block_stop", json!({"type":"content_block_stop","index":0})),
-        ev("content_block_start", json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"get_weather","input":{}}})),
-        ev("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}})),
-        ev("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"location\":"}})),
-        ev("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":" \"San Francisco, CA\"}"}})),
+        ev(
+            "content_block_start",
+            json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"get_weather","input":{}}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"location\":"}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":" \"San Francisco, CA\"}"}}),
+        ),
         ev("content_block_stop", json!({"type":"content_block_stop","index":1})),
-        ev("message_delta", json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":89}})),
+        ev(
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":89}}),
+        ),
         ev("message_stop", json!({"type":"message_stop"})),
     ]
 }
@@ -96,7 +123,11 @@ fn an_anthropic_stream_reaches_a_chat_client_as_chunks_with_tool_call_deltas() {
     assert_eq!(text, "Okay, let's check the weather.");
     assert_eq!(
         calls,
-        vec![("toolu_01T1x1fJ34qAmk2tNTrN7Up6".into(), "get_weather".into(), r#"{"location": "San Francisco, CA"}"#.into())]
+        vec![(
+            "toolu_01T1x1fJ34qAmk2tNTrN7Up6".into(),
+            "get_weather".into(),
+            r#"{"location": "San Francisco, CA"}"#.into()
+        )]
     );
     assert_eq!(finish.as_deref(), Some("tool_calls"));
     let last = parsed(&out).into_iter().rfind(|v| v.get("usage").is_some()).expect("a usage chunk");
@@ -163,7 +194,10 @@ fn an_error_mid_stream_ends_each_client_stream_in_its_own_shape() {
     let mut t = MessagesToChat::new(0, false);
     t.push(Some("error"), r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, &mut out);
     t.finish(&mut out);
-    assert_eq!(parsed(&out), vec![json!({"error":{"message":"Overloaded","type":"server_error","code":"overloaded_error"}})]);
+    assert_eq!(
+        parsed(&out),
+        vec![json!({"error":{"message":"Overloaded","type":"server_error","code":"overloaded_error"}})]
+    );
     let mut out = Vec::new();
     let mut t = ChatToMessages::new();
     t.error("STREAM_THROUGHPUT_TOO_LOW", "too slow", &mut out);
@@ -202,8 +236,14 @@ fn a_chat_request_becomes_a_messages_request() {
     assert_eq!(b["metadata"], json!({"user_id": "u-1"}));
     assert_eq!(b["tool_choice"], json!({"type": "any", "disable_parallel_tool_use": true}));
     assert_eq!(b["tools"][0]["input_schema"]["properties"]["q"]["type"], "integer");
-    assert_eq!(b["messages"][0]["content"][1]["source"], json!({"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}));
-    assert_eq!(b["messages"][1]["content"][0], json!({"type": "tool_use", "id": "call_1", "name": "look", "input": {"q": 1}}));
+    assert_eq!(
+        b["messages"][0]["content"][1]["source"],
+        json!({"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="})
+    );
+    assert_eq!(
+        b["messages"][1]["content"][0],
+        json!({"type": "tool_use", "id": "call_1", "name": "look", "input": {"q": 1}})
+    );
     assert_eq!(
         b["messages"][2]["content"],
         json!([{"type": "tool_result", "tool_use_id": "call_1", "content": "a cat"}, {"type": "text", "text": "and?"}])
@@ -255,13 +295,17 @@ fn a_messages_request_becomes_a_chat_request_and_advice_is_named() {
     assert_eq!(t.dropped, vec!["cache_control", "thinking blocks in the history", "context_management"]);
     let b = &t.body;
     assert_eq!(b["messages"][0], json!({"role": "system", "content": "You are Claude Code."}));
-    assert_eq!(b["messages"][2]["tool_calls"][0]["function"], json!({"name": "Bash", "arguments": "{\"command\":\"ls\"}"}));
+    assert_eq!(
+        b["messages"][2]["tool_calls"][0]["function"],
+        json!({"name": "Bash", "arguments": "{\"command\":\"ls\"}"})
+    );
     assert_eq!(b["messages"][3], json!({"role": "tool", "tool_call_id": "toolu_1", "content": "[tool error] a b"}));
     assert_eq!(b["messages"][4], json!({"role": "user", "content": "now?"}));
     assert_eq!(b["reasoning_effort"], "high");
     assert_eq!(b["stream_options"], json!({"include_usage": true}));
     assert_eq!(b["user"], "u");
-    let e = messages_chat::request(&json!({"model": "x", "max_tokens": 5, "messages": [], "top_k": 3})).expect_err("top_k");
+    let e =
+        messages_chat::request(&json!({"model": "x", "max_tokens": 5, "messages": [], "top_k": 3})).expect_err("top_k");
     assert_eq!(e.feature, "top_k");
     let e = messages_chat::request(&json!({"model": "x", "max_tokens": 5, "messages": [],
         "tools": [{"type": "web_search_20250305", "name": "web_search"}]}))
@@ -271,7 +315,10 @@ fn a_messages_request_becomes_a_chat_request_and_advice_is_named() {
         messages_chat::betas("claude-code-20250219, interleaved-thinking-2025-05-14").expect("advisory"),
         vec!["anthropic-beta:claude-code-20250219", "anthropic-beta:interleaved-thinking-2025-05-14"]
     );
-    assert_eq!(messages_chat::betas("mcp-client-2025-04-04").expect_err("refused").feature, "anthropic-beta: mcp-client-2025-04-04");
+    assert_eq!(
+        messages_chat::betas("mcp-client-2025-04-04").expect_err("refused").feature,
+        "anthropic-beta: mcp-client-2025-04-04"
+    );
 }
 
 #[test]
@@ -283,7 +330,10 @@ fn answers_translate_both_ways() {
     assert_eq!(chat["choices"][0]["finish_reason"], "tool_calls");
     assert_eq!(chat["choices"][0]["message"]["content"], "Hi");
     assert_eq!(chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
-    assert_eq!(chat["usage"], json!({"prompt_tokens": 15, "completion_tokens": 3, "total_tokens": 18, "prompt_tokens_details": {"cached_tokens": 5}}));
+    assert_eq!(
+        chat["usage"],
+        json!({"prompt_tokens": 15, "completion_tokens": 3, "total_tokens": 18, "prompt_tokens_details": {"cached_tokens": 5}})
+    );
     let back = messages_chat::response(&chat);
     assert_eq!(back["content"], msg["content"]);
     assert_eq!(back["stop_reason"], "tool_use");
@@ -291,7 +341,10 @@ fn answers_translate_both_ways() {
     assert_eq!(back["usage"]["cache_read_input_tokens"], 5);
     let r = responses::ResponseBuilder::new("id", 3, &json!({"model": "m", "input": "x"})).from_chat(&chat);
     assert_eq!(r["object"], "response");
-    assert_eq!(r["output"][0]["content"][0], json!({"type": "output_text", "text": "Hi", "annotations": [], "logprobs": []}));
+    assert_eq!(
+        r["output"][0]["content"][0],
+        json!({"type": "output_text", "text": "Hi", "annotations": [], "logprobs": []})
+    );
     assert_eq!(r["output"][1]["arguments"], "{\"a\":1}");
     assert_eq!(r["usage"]["input_tokens"], 15);
 }
@@ -320,9 +373,11 @@ fn a_responses_request_becomes_chat_and_stored_state_is_refused() {
     assert_eq!(b["tools"][0]["function"]["name"], "shell");
     assert_eq!(b["max_tokens"], 50);
     assert_eq!(b["reasoning_effort"], "low");
-    let e = responses::request(&json!({"model": "m", "input": "x", "previous_response_id": "resp_1"})).expect_err("stored");
+    let e =
+        responses::request(&json!({"model": "m", "input": "x", "previous_response_id": "resp_1"})).expect_err("stored");
     assert_eq!(e.feature, "previous_response_id");
-    let e = responses::request(&json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]})).expect_err("tool");
+    let e =
+        responses::request(&json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]})).expect_err("tool");
     assert_eq!(e.feature, "tools[0].type=web_search");
 }
 
