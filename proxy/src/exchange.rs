@@ -66,6 +66,8 @@ pub struct Inbound {
     pub include_usage: bool,
     /// Meaningful client headers.
     pub headers: ApiHeaders,
+    /// The client's query string (`?beta=true` from Anthropic's SDK), kept on same-format hops.
+    pub query: Option<String>,
     /// Builds the Response object for a Responses client.
     pub responses: Option<ResponseBuilder>,
     /// Fields left behind before any provider was chosen (Responses → chat).
@@ -86,6 +88,7 @@ impl Inbound {
             stream,
             include_usage,
             headers,
+            query: None,
             responses: None,
             dropped: Vec::new(),
             created,
@@ -103,6 +106,7 @@ impl Inbound {
             stream,
             include_usage: true,
             headers,
+            query: None,
             responses: Some(ResponseBuilder::new(id, created, body)),
             dropped,
             created,
@@ -121,6 +125,8 @@ pub struct Prepared {
     pub dropped: Vec<String>,
     /// API headers to send.
     pub headers: Vec<(&'static str, String)>,
+    /// The query string to send.
+    pub query: Option<String>,
 }
 
 impl Prepared {
@@ -176,7 +182,8 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
         seen.push(d.clone());
         fresh
     });
-    Ok(Prepared { body, raw, dropped, headers })
+    let query = if same { inb.query.clone() } else { None };
+    Ok(Prepared { body, raw, dropped, headers, query })
 }
 
 /// A whole (non-streamed) upstream answer in the client's API; `Err` when the provider's body

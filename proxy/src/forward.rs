@@ -97,6 +97,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
 ) -> Response<Body> {
     let shape = exchange::error_shape(api);
     let headers = ApiHeaders::from(req.headers());
+    let query = req.uri().query().map(str::to_owned);
     let (raw, json) = match read_json(
         req,
         gw.config.server.max_body_bytes,
@@ -108,7 +109,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Err(e) => return e.into_response_as(shape),
     };
     let (inbound, model, warning) = match inbound(&gw, api, raw, json, headers) {
-        Ok(x) => x,
+        Ok((i, m, w)) => (Inbound { query, ..i }, m, w),
         Err(e) => return e.into_response_as(shape),
     };
     let plan = match gw.resolve(&model) {
@@ -466,7 +467,10 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
         Format::Openai => "/chat/completions",
         Format::Anthropic => "/messages",
     };
-    let url = format!("{}{path}", gw.base_urls[t.provider]);
+    let url = match &prep.query {
+        Some(q) => format!("{}{path}?{q}", gw.base_urls[t.provider]),
+        None => format!("{}{path}", gw.base_urls[t.provider]),
+    };
     let mut b = Request::post(url)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::ACCEPT, "application/json, text/event-stream");

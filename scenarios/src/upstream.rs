@@ -22,6 +22,8 @@ pub type UpBody = BoxBody<Bytes, io::Error>;
 pub struct Recorded {
     /// Request path.
     pub path: String,
+    /// The query string, if any.
+    pub query: Option<String>,
     /// The `model` field of the JSON body.
     pub model: String,
     /// Request headers, lower-cased names.
@@ -78,6 +80,7 @@ impl ScriptedUpstream {
     /// Serves one request.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<UpBody>, io::Error> {
         let path = req.uri().path().to_owned();
+        let query = req.uri().query().map(str::to_owned);
         let headers: BTreeMap<String, String> =
             req.headers().iter().map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned())).collect();
         let body = http_body_util::Limited::new(req.into_body(), MAX_REQUEST)
@@ -100,6 +103,7 @@ impl ScriptedUpstream {
             }
             log.push(Recorded {
                 path: path.clone(),
+                query,
                 model: model.clone(),
                 headers,
                 body: String::from_utf8_lossy(&body).into_owned(),

@@ -25,6 +25,7 @@ const KNOWN: &[&str] = &[
     "thinking",
     "service_tier",
     "context_management",
+    "output_config",
 ];
 
 /// Beta features that change only how the provider serves a request, not what it answers;
@@ -40,13 +41,21 @@ const ADVISORY_BETAS: &[&str] = &[
     "context-1m-",
     "extended-cache-ttl-",
     "oauth-",
+    "thinking-token-count-",
 ];
+
+/// Beta features whose body fields this translation maps (system turns mid-conversation,
+/// `output_config.effort`): they need no header on the chat side.
+const MAPPED_BETAS: &[&str] = &["mid-conversation-system-", "effort-"];
 
 /// Checks the client's `anthropic-beta` header for a chat provider: advisory betas are
 /// returned to be named as dropped; a beta whose feature a chat provider lacks is refused.
 pub fn betas(header: &str) -> Result<Vec<String>, Untranslatable> {
     let mut dropped = Vec::new();
     for beta in header.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+        if MAPPED_BETAS.iter().any(|p| beta.starts_with(p)) {
+            continue;
+        }
         if ADVISORY_BETAS.iter().any(|p| beta.starts_with(p)) {
             dropped.push(format!("anthropic-beta:{beta}"));
         } else {
@@ -113,12 +122,26 @@ pub fn request(msg: &Value) -> Result<Translated, Untranslatable> {
             body.insert("user".into(), u.into());
         }
     }
+    let effort = obj.get("output_config").and_then(|o| o.get("effort")).and_then(Value::as_str);
     match obj.get("thinking") {
         Some(t) if str_of(t, "type") == Some("enabled") => {
             let budget = t.get("budget_tokens").and_then(Value::as_u64).unwrap_or(0);
-            body.insert("reasoning_effort".into(), effort_for_budget(budget).into());
+            body.insert("reasoning_effort".into(), effort.unwrap_or(effort_for_budget(budget)).into());
         }
-        _ => {}
+        Some(t) if str_of(t, "type") == Some("adaptive") => {
+            body.insert("reasoning_effort".into(), effort.unwrap_or("medium").into());
+        }
+        _ => {
+            if let Some(e) = effort {
+                body.insert("reasoning_effort".into(), e.into());
+            }
+        }
+    }
+    if let Some(o) = obj.get("output_config").and_then(Value::as_object) {
+        output_config(o, &mut body)?;
+    }
+    if body.get("reasoning_effort").and_then(Value::as_str) == Some("max") {
+        body.insert("reasoning_effort".into(), "high".into());
     }
     tools(obj, &mut body, &mut out)?;
     if obj.get("context_management").is_some_and(|v| !v.is_null()) {
@@ -129,6 +152,29 @@ pub fn request(msg: &Value) -> Result<Translated, Untranslatable> {
     }
     out.body = Value::Object(body);
     Ok(out)
+}
+
+/// `output_config`: the effort (read above) and a structured-output format.
+fn output_config(o: &Map<String, Value>, body: &mut Map<String, Value>) -> Result<(), Untranslatable> {
+    for (k, v) in o {
+        match k.as_str() {
+            "effort" => {}
+            "format" if str_of(v, "type") == Some("json_schema") => {
+                let schema = v.get("schema").cloned().unwrap_or_else(|| json!({}));
+                body.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}),
+                );
+            }
+            _ => {
+                return Err(Untranslatable::new(
+                    format!("output_config.{k}"),
+                    "OpenAI Chat Completions has no equivalent output setting",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn system_text(s: &Value) -> Result<String, Untranslatable> {
@@ -159,6 +205,12 @@ fn system_text(s: &Value) -> Result<String, Untranslatable> {
 fn turn(m: &Value, i: usize, out: &mut Vec<Value>, t: &mut Translated) -> Result<(), Untranslatable> {
     let role = match str_of(m, "role") {
         Some(r @ ("user" | "assistant")) => r,
+        Some("system") => {
+            // A system turn mid-conversation (Anthropic's mid-conversation-system beta).
+            let text = system_text(m.get("content").unwrap_or(&Value::Null))?;
+            out.push(json!({"role": "system", "content": text}));
+            return Ok(());
+        }
         other => {
             return Err(Untranslatable::new(
                 format!("messages[{i}].role={}", other.unwrap_or("missing")),
@@ -252,12 +304,12 @@ fn tools(obj: &Map<String, Value>, body: &mut Map<String, Value>, t: &mut Transl
     if let Some(list) = obj.get("tools").and_then(Value::as_array).filter(|l| !l.is_empty()) {
         let mut tools = Vec::new();
         for (i, tool) in list.iter().enumerate() {
-            // Client tools have no `type` (or "custom"); server tools carry a versioned type.
+            // Client tools have no `type` (or "custom"); Anthropic-defined and server tools
+            // carry a versioned type. A chat provider can run none of those: the offer is
+            // dropped and named (a tool_choice that forces one is refused below).
             if let Some(kind) = str_of(tool, "type").filter(|k| *k != "custom") {
-                return Err(Untranslatable::new(
-                    format!("tools[{i}].type={kind}"),
-                    "server tools run only on Anthropic-format providers",
-                ));
+                t.note(&format!("tools:{kind}"));
+                continue;
             }
             let Some(name) = str_of(tool, "name") else {
                 return Err(Untranslatable::new(format!("tools[{i}].name"), "a tool needs a name"));
@@ -271,14 +323,28 @@ fn tools(obj: &Map<String, Value>, body: &mut Map<String, Value>, t: &mut Transl
             }
             tools.push(json!({"type": "function", "function": f}));
         }
-        body.insert("tools".into(), Value::Array(tools));
+        if !tools.is_empty() {
+            body.insert("tools".into(), Value::Array(tools));
+        }
     }
     if let Some(c) = obj.get("tool_choice").filter(|c| !c.is_null()) {
         let choice = match str_of(c, "type") {
             Some("auto") => json!("auto"),
             Some("any") => json!("required"),
             Some("none") => json!("none"),
-            Some("tool") => json!({"type": "function", "function": {"name": str_of(c, "name").unwrap_or("")}}),
+            Some("tool") => {
+                let name = str_of(c, "name").unwrap_or("");
+                let offered = body.get("tools").and_then(Value::as_array).is_some_and(|l| {
+                    l.iter().any(|f| f.pointer("/function/name").and_then(Value::as_str) == Some(name))
+                });
+                if !offered {
+                    return Err(Untranslatable::new(
+                        format!("tool_choice.name={name}"),
+                        "the forced tool is not a client tool a chat provider can call",
+                    ));
+                }
+                json!({"type": "function", "function": {"name": name}})
+            }
             other => {
                 return Err(Untranslatable::new(
                     format!("tool_choice.type={}", other.unwrap_or("missing")),

@@ -29,6 +29,7 @@ const KNOWN: &[&str] = &[
     "background",
     "prompt_cache_key",
     "service_tier",
+    "client_metadata",
 ];
 
 /// Fields that only make sense with stored responses.
@@ -89,8 +90,8 @@ pub fn request(body: &Value) -> Result<Translated, Untranslatable> {
     if let Some(t) = obj.get("text").filter(|t| !t.is_null()) {
         text_format(t, &mut chat)?;
     }
-    tools(obj, &mut chat)?;
-    for k in ["include", "metadata", "stream_options"] {
+    tools(obj, &mut chat, &mut out)?;
+    for k in ["include", "metadata", "stream_options", "client_metadata"] {
         if obj.get(k).is_some_and(|v| !v.is_null() && v != &json!([]) && v != &json!({})) {
             out.note(k);
         }
@@ -135,15 +136,19 @@ fn text_format(t: &Value, chat: &mut Map<String, Value>) -> Result<(), Untransla
     Ok(())
 }
 
-fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<(), Untranslatable> {
+fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>, out: &mut Translated) -> Result<(), Untranslatable> {
     if let Some(list) = obj.get("tools").and_then(Value::as_array).filter(|l| !l.is_empty()) {
         let mut tools = Vec::new();
         for (i, t) in list.iter().enumerate() {
             if str_of(t, "type") != Some("function") {
-                return Err(Untranslatable::new(
-                    format!("tools[{i}].type={}", str_of(t, "type").unwrap_or("missing")),
-                    "only function tools can be served through Ferroute's Responses API",
-                ));
+                // Hosted tools (web_search, file_search, …) and tool namespaces cannot run on a
+                // chat provider: the offer is dropped and named; forcing one is refused below.
+                let kind = str_of(t, "type").unwrap_or("missing");
+                match str_of(t, "name") {
+                    Some(n) => out.note(&format!("tools:{kind}:{n}")),
+                    None => out.note(&format!("tools:{kind}")),
+                }
+                continue;
             }
             let Some(name) = str_of(t, "name") else {
                 return Err(Untranslatable::new(format!("tools[{i}].name"), "a function tool needs a name"));
@@ -156,7 +161,9 @@ fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<(), 
             }
             tools.push(json!({"type": "function", "function": f}));
         }
-        chat.insert("tools".into(), Value::Array(tools));
+        if !tools.is_empty() {
+            chat.insert("tools".into(), Value::Array(tools));
+        }
     }
     match obj.get("tool_choice") {
         None | Some(Value::Null) => {}

@@ -307,10 +307,17 @@ fn a_messages_request_becomes_a_chat_request_and_advice_is_named() {
     let e =
         messages_chat::request(&json!({"model": "x", "max_tokens": 5, "messages": [], "top_k": 3})).expect_err("top_k");
     assert_eq!(e.feature, "top_k");
+    // A server tool cannot run on a chat provider: offered, it is dropped and named; forced,
+    // the request is refused.
+    let t = messages_chat::request(&json!({"model": "x", "max_tokens": 5, "messages": [],
+        "tools": [{"type": "web_search_20250305", "name": "web_search"}, {"name": "f", "input_schema": {"type": "object"}}]}))
+    .expect("offer dropped");
+    assert_eq!(t.dropped, vec!["tools:web_search_20250305"]);
+    assert_eq!(t.body["tools"].as_array().map(Vec::len), Some(1));
     let e = messages_chat::request(&json!({"model": "x", "max_tokens": 5, "messages": [],
-        "tools": [{"type": "web_search_20250305", "name": "web_search"}]}))
-    .expect_err("server tool");
-    assert_eq!(e.feature, "tools[0].type=web_search_20250305");
+        "tools": [{"type": "web_search_20250305", "name": "web_search"}], "tool_choice": {"type": "tool", "name": "web_search"}}))
+    .expect_err("forced server tool");
+    assert_eq!(e.feature, "tool_choice.name=web_search");
     assert_eq!(
         messages_chat::betas("claude-code-20250219, interleaved-thinking-2025-05-14").expect("advisory"),
         vec!["anthropic-beta:claude-code-20250219", "anthropic-beta:interleaved-thinking-2025-05-14"]
@@ -376,9 +383,10 @@ fn a_responses_request_becomes_chat_and_stored_state_is_refused() {
     let e =
         responses::request(&json!({"model": "m", "input": "x", "previous_response_id": "resp_1"})).expect_err("stored");
     assert_eq!(e.feature, "previous_response_id");
-    let e =
-        responses::request(&json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]})).expect_err("tool");
-    assert_eq!(e.feature, "tools[0].type=web_search");
+    let t =
+        responses::request(&json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]})).expect("dropped");
+    assert_eq!(t.dropped, vec!["tools:web_search"]);
+    assert!(t.body.get("tools").is_none());
 }
 
 // Properties: there and back keeps the meaning.
