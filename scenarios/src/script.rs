@@ -42,6 +42,15 @@ impl SseEvent {
         SseEvent { after_ms, event: None, data: data.to_string() }
     }
 
+    /// The last content chunk: an empty delta with a `finish_reason`.
+    pub fn finish(after_ms: u64, reason: &str) -> Self {
+        let data = serde_json::json!({
+            "id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": "scripted",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]
+        });
+        SseEvent { after_ms, event: None, data: data.to_string() }
+    }
+
     /// A usage-only chunk.
     pub fn usage(after_ms: u64) -> Self {
         let data = serde_json::json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "choices": [],

@@ -213,6 +213,9 @@ fn echo_events(text: &str, model: &str, chunk_ms: u64, anthropic: bool) -> Vec<S
             e.data = e.data.replace("\"scripted\"", &serde_json::Value::from(model).to_string());
             events.push(e);
         }
+        let mut finish = SseEvent::finish(0, "stop");
+        finish.data = finish.data.replace("\"scripted\"", &serde_json::Value::from(model).to_string());
+        events.push(finish);
         events.push(SseEvent::usage(0));
         events.push(SseEvent::done(0));
     }

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Creates the virtualenv with the official OpenAI and Anthropic Python SDKs that
+# tests/tests/sdks.rs runs against the gateway. Usage: tests/sdk/setup.sh [VENV_DIR]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+venv="${1:-$here/../../target/sdk-venv}"
+python="${PYTHON:-python3}"
+if ! "$venv/bin/python" -c 'import openai, anthropic' 2>/dev/null; then
+    "$python" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+fi
+"$venv/bin/python" -c 'import openai, anthropic; print("sdk venv:", openai.__version__, anthropic.__version__)'
