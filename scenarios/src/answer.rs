@@ -25,6 +25,27 @@ pub fn stream_done(body: &str) -> bool {
     })
 }
 
+/// Whether an SSE body finished in the client's own format: an Anthropic client's stream ends
+/// with `message_stop` and carries no chat chunks; a chat client's ends with `[DONE]` and
+/// carries no Anthropic events. A stream translated wrongly (or not at all) does not count.
+pub fn stream_done_as(body: &str, anthropic: bool) -> bool {
+    let data = sse_data(body);
+    let typed = |d: &String| {
+        serde_json::from_str::<serde_json::Value>(d)
+            .ok()
+            .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+    };
+    if anthropic {
+        data.last().and_then(typed).as_deref() == Some("message_stop")
+            && data.iter().all(|d| d != "[DONE]" && typed(d).is_some())
+    } else {
+        data.last().map(String::as_str) == Some("[DONE]")
+            && !data
+                .iter()
+                .any(|d| typed(d).is_some_and(|t| t.starts_with("message") || t.starts_with("content_block")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -38,5 +59,9 @@ mod tests {
         assert!(stream_done("data: [DONE]\n\n"));
         assert!(stream_done("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
         assert_eq!(sse_data("data: a\n\ndata: b\n\n"), vec!["a", "b"]);
+        let ant = "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        assert!(stream_done_as(ant, true) && !stream_done_as(ant, false));
+        let chat = "data: {\"choices\":[]}\n\ndata: [DONE]\n\n";
+        assert!(stream_done_as(chat, false) && !stream_done_as(chat, true));
     }
 }

@@ -382,7 +382,7 @@ async fn request(
             match resp.into_body().collect().await {
                 Ok(c) => {
                     let text = String::from_utf8_lossy(&c.to_bytes()).into_owned();
-                    read_body(&text, &mut out);
+                    read_body(&text, w.anthropic, &mut out);
                 }
                 Err(e) => {
                     out.error = Some(format!("body: {e}"));
@@ -394,9 +394,9 @@ async fn request(
     out
 }
 
-fn read_body(text: &str, out: &mut Outcome) {
+fn read_body(text: &str, anthropic: bool, out: &mut Outcome) {
     out.code = scenarios::answer::error_code(text);
-    out.done = scenarios::answer::stream_done(text);
+    out.done = scenarios::answer::stream_done_as(text, anthropic);
 }
 
 fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::StateExpect, t: u64) {

@@ -166,4 +166,5 @@ pub fn connection<'a>(health: &'a serde_json::Value, id: &str) -> &'a serde_json
         .unwrap_or_else(|| panic!("connection {id} in {health}"))
 }
 
+#[allow(unused_imports)]
 pub use scenarios::answer::sse_data;
