@@ -26,7 +26,7 @@ pub async fn start_gateway(upstream: Option<SocketAddr>, data_dir: &std::path::P
     let mut config = match upstream {
         Some(addr) => {
             let text = format!(
-                "[[providers]]\nid = \"bench\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\", \"s\"]\n[[connections]]\nid = \"bench-1\"\nprovider = \"bench\"\napi_key = \"sk-bench\"\n"
+                "[[providers]]\nid = \"bench\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\", \"s\"]\n[[connections]]\nid = \"bench-1\"\nprovider = \"bench\"\napi_key = \"sk-bench\"\n[[providers]]\nid = \"bench-ant\"\nformat = \"anthropic\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\", \"as\"]\n[[connections]]\nid = \"bench-ant-1\"\nprovider = \"bench-ant\"\napi_key = \"sk-bench\"\n"
             );
             Config::from_toml_str(&text, &env, &[]).map_err(|e| anyhow::anyhow!("{e}"))?
         }

@@ -189,23 +189,18 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
 /// A whole (non-streamed) upstream answer in the client's API; `Err` when the provider's body
 /// is not the JSON its format promises.
 pub fn answer(inb: &Inbound, format: Format, body: Bytes) -> Result<Bytes, String> {
-    if wire(inb.api) == format && inb.responses.is_none() {
-        return Ok(body);
-    }
-    let v: Value = serde_json::from_slice(&body).map_err(|e| format!("the answer is not JSON: {e}"))?;
-    if !v.is_object() {
+    let bad = |e: serde_json::Error| format!("the answer is not a {format:?}-format answer: {e}").to_lowercase();
+    let in_wire = match (format, wire(inb.api)) {
+        (Format::Anthropic, Format::Openai) => Bytes::from(chat_messages::response(&body, inb.created).map_err(bad)?),
+        (Format::Openai, Format::Anthropic) => Bytes::from(messages_chat::response(&body).map_err(bad)?),
+        _ => body,
+    };
+    let Some(builder) = &inb.responses else { return Ok(in_wire) };
+    let chat: Value = serde_json::from_slice(&in_wire).map_err(bad)?;
+    if !chat.is_object() {
         return Err("the answer is not a JSON object".into());
     }
-    let in_wire = match (format, wire(inb.api)) {
-        (Format::Anthropic, Format::Openai) => chat_messages::response(&v, inb.created),
-        (Format::Openai, Format::Anthropic) => messages_chat::response(&v),
-        _ => v,
-    };
-    let out = match &inb.responses {
-        Some(b) => b.clone().from_chat(&in_wire),
-        None => in_wire,
-    };
-    Ok(Bytes::from(out.to_string()))
+    Ok(Bytes::from(builder.clone().from_chat(&chat).to_string()))
 }
 
 /// The stream translator from a provider's events to the client's, if the formats differ.

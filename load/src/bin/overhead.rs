@@ -1,6 +1,8 @@
 //! The overhead benchmark: one request mix sent (a) straight to the scripted upstream, (b)
 //! through a minimal hyper pass-through, and (c) through ferroute, at fixed open-loop rates and
 //! at closed-loop maximum, JSON and SSE; all measured in one run, interleaved, on loopback.
+//! (d) sends the same chat requests through ferroute to an Anthropic-format provider, so the
+//! cost of translating requests, answers and streams shows beside the same-format hop.
 
 use clap::Parser;
 use load::{Latency, body, max_throughput, open_loop, start_gateway, start_passthrough};
@@ -39,9 +41,26 @@ async fn main() -> anyhow::Result<()> {
         .map(|i| SseEvent::text(0, &format!("token{i} ")))
         .chain([SseEvent::usage(0), SseEvent::done(0)])
         .collect();
+    let ev = |name: &str, data: serde_json::Value| SseEvent {
+        after_ms: 0,
+        event: Some(name.into()),
+        data: data.to_string(),
+    };
+    let anthropic_events: Vec<SseEvent> = std::iter::once(ev("message_start", serde_json::json!({"type":"message_start","message":{"id":"msg_b","type":"message","role":"assistant","model":"as","content":[],"usage":{"input_tokens":3,"output_tokens":0}}})))
+        .chain([ev("content_block_start", serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}))])
+        .chain((0..10).map(|i| {
+            ev("content_block_delta", serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":format!("token{i} ")}}))
+        }))
+        .chain([
+            ev("content_block_stop", serde_json::json!({"type":"content_block_stop","index":0})),
+            ev("message_delta", serde_json::json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":10}})),
+            ev("message_stop", serde_json::json!({"type":"message_stop"})),
+        ])
+        .collect();
     let script = ScriptedUpstream::new()
         .route("m", Script::always(Behaviour::echo()))
-        .route("s", Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false }));
+        .route("s", Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false }))
+        .route("as", Script::always(Behaviour::Stream { latency_ms: 0, events: anthropic_events, reset_after: false }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let up = listener.local_addr()?;
     tokio::spawn(serve_upstream(listener, Arc::new(script)));
@@ -52,10 +71,18 @@ async fn main() -> anyhow::Result<()> {
         ("direct", format!("http://{up}/v1/chat/completions"), ""),
         ("pass-through", format!("http://{pass}/v1/chat/completions"), ""),
         ("ferroute", format!("http://{gw}/v1/chat/completions"), "bench/"),
+        ("translated", format!("http://{gw}/v1/chat/completions"), "bench-ant/"),
     ];
+    // The Anthropic-format provider streams its own events from route `as`.
+    let model_of = |prefix: &str, stream: bool| match (prefix, stream) {
+        ("bench-ant/", true) => "bench-ant/as".to_owned(),
+        (p, true) => format!("{p}s"),
+        (p, false) => format!("{p}m"),
+    };
     // Warm every path (connections, pools, allocator).
     for (_, url, prefix) in &targets {
-        let _ = open_loop(url, body(&format!("{prefix}m"), false), 200, Duration::from_millis(500)).await;
+        let _ = open_loop(url, body(&model_of(prefix, false), false), 200, Duration::from_millis(500)).await;
+        let _ = open_loop(url, body(&model_of(prefix, true), true), 200, Duration::from_millis(500)).await;
     }
     println!(
         "overhead benchmark: {} s per cell, open-loop at fixed rates; latency in ms from send to full body; all on loopback in one process\n",
@@ -69,14 +96,15 @@ async fn main() -> anyhow::Result<()> {
         "{:<5} {:>5} | {:>13} | {:>13} | {:>13} | {:>15} | {:>13} | {:>13}",
         "", "", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99"
     );
+    let mut translated = Vec::new();
     for (mode, stream) in [("json", false), ("sse", true)] {
-        let model = if stream { "s" } else { "m" };
         for &rps in &cli.rates {
             let mut got: Vec<Latency> = Vec::new();
             for (_, url, prefix) in &targets {
-                got.push(open_loop(url, body(&format!("{prefix}{model}"), stream), rps, dur).await);
+                got.push(open_loop(url, body(&model_of(prefix, stream), stream), rps, dur).await);
             }
             let (d, p, f) = (got[0], got[1], got[2]);
+            translated.push((mode, rps, f, got[3]));
             let failed: usize = got.iter().map(|l| l.failed).sum();
             println!(
                 "{mode:<5} {rps:>5} | {:>5} / {:<5} | {:>5} / {:<5} | {:>5} / {:<5} | {:>6} / {:<6} | {:>5.2} / {:<5.2} | {:>5.2} / {:<5.2}{}",
@@ -96,20 +124,35 @@ async fn main() -> anyhow::Result<()> {
             );
         }
     }
+    println!(
+        "\ntranslation: the same chat requests through ferroute to an OpenAI-format provider (same format) and to an Anthropic-format one (translated both ways)"
+    );
+    for (mode, rps, same, tr) in &translated {
+        println!(
+            "{mode:<5} {rps:>5} | same format {:>5} / {:<5} | translated {:>5} / {:<5} | translated/same {:>5.2} / {:<5.2}",
+            ms(same.p50_us),
+            ms(same.p99_us),
+            ms(tr.p50_us),
+            ms(tr.p99_us),
+            tr.p50_us / same.p50_us,
+            tr.p99_us / same.p99_us
+        );
+    }
     println!("\nmaximum throughput, closed loop with {} workers:", cli.workers);
     for (mode, stream) in [("json", false), ("sse", true)] {
-        let model = if stream { "s" } else { "m" };
         let mut rps = Vec::new();
         for (_, url, prefix) in &targets {
-            rps.push(max_throughput(url, body(&format!("{prefix}{model}"), stream), cli.workers, dur).await);
+            rps.push(max_throughput(url, body(&model_of(prefix, stream), stream), cli.workers, dur).await);
         }
         println!(
-            "{mode:<5} direct {:>8.0} rps | pass-through {:>8.0} rps | ferroute {:>8.0} rps | ferroute/direct {:.2} | ferroute/pass-through {:.2}",
+            "{mode:<5} direct {:>8.0} rps | pass-through {:>8.0} rps | ferroute {:>8.0} rps | ferroute/direct {:.2} | ferroute/pass-through {:.2} | translated {:>8.0} rps = {:.2} x same format",
             rps[0],
             rps[1],
             rps[2],
             rps[2] / rps[0],
-            rps[2] / rps[1]
+            rps[2] / rps[1],
+            rps[3],
+            rps[3] / rps[2]
         );
     }
     let _ = std::fs::remove_dir_all(&data);

@@ -1,10 +1,12 @@
 //! An OpenAI Chat Completions request to an Anthropic-format provider: the request to
 //! Anthropic Messages, and the Messages answer back to a chat completion.
 
+use super::wire::AntMessage;
 use super::{
-    DEFAULT_MAX_TOKENS, Translated, Untranslatable, budget_for_effort, chat_usage, finish_reason, joined_text,
-    refuse_unless, str_of,
+    DEFAULT_MAX_TOKENS, Translated, Untranslatable, budget_for_effort, finish_reason, joined_text, refuse_unless,
+    str_of,
 };
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 /// Fields of a chat request that carry over or are handled below; any other field is refused.
@@ -325,44 +327,105 @@ fn assistant_blocks(m: &Value, i: usize) -> Result<Vec<Value>, Untranslatable> {
 }
 
 /// Messages answer → chat completion. `created` is the Unix time in seconds.
-pub fn response(msg: &Value, created: u64) -> Value {
+pub fn response(body: &[u8], created: u64) -> Result<String, serde_json::Error> {
+    let msg: AntMessage<'_> = serde_json::from_slice(body)?;
     let mut text = String::new();
     let mut reasoning = String::new();
-    let mut calls = Vec::new();
-    for b in msg.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
-        match str_of(b, "type") {
-            Some("text") => text.push_str(str_of(b, "text").unwrap_or("")),
-            Some("thinking") => reasoning.push_str(str_of(b, "thinking").unwrap_or("")),
-            Some("tool_use") => calls.push(json!({
-                "id": str_of(b, "id").unwrap_or(""),
-                "type": "function",
-                "function": {
-                    "name": str_of(b, "name").unwrap_or(""),
-                    "arguments": b.get("input").map_or_else(|| "{}".to_owned(), Value::to_string),
+    let mut tool_calls = Vec::new();
+    for b in &msg.content {
+        match b.kind.as_ref() {
+            "text" => text.push_str(b.text.as_deref().unwrap_or("")),
+            "thinking" => reasoning.push_str(b.thinking.as_deref().unwrap_or("")),
+            "tool_use" => tool_calls.push(OutToolCall {
+                id: b.id.as_deref().unwrap_or(""),
+                kind: "function",
+                function: OutFunction {
+                    name: b.name.as_deref().unwrap_or(""),
+                    arguments: b.input.as_ref().map_or_else(|| "{}".to_owned(), Value::to_string),
                 },
-            })),
+            }),
             _ => {}
         }
     }
-    let mut message = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { Value::String(text) }});
-    if !calls.is_empty() {
-        message["tool_calls"] = Value::Array(calls);
-    }
-    if !reasoning.is_empty() {
-        message["reasoning_content"] = Value::String(reasoning);
-    }
-    let u = |k: &str| msg.pointer(&format!("/usage/{k}")).and_then(Value::as_u64).unwrap_or(0);
-    json!({
-        "id": format!("chatcmpl-{}", str_of(msg, "id").unwrap_or("ferroute")),
-        "object": "chat.completion",
-        "created": created,
-        "model": str_of(msg, "model").unwrap_or(""),
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "finish_reason": finish_reason(str_of(msg, "stop_reason").unwrap_or("end_turn")),
-            "logprobs": null,
+    let u = msg.usage.unwrap_or_default();
+    let prompt = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
+    let out = OutCompletion {
+        id: format!("chatcmpl-{}", msg.id.as_deref().unwrap_or("ferroute")),
+        object: "chat.completion",
+        created,
+        model: msg.model.as_deref().unwrap_or(""),
+        choices: [OutChoice {
+            index: 0,
+            message: OutMessage {
+                role: "assistant",
+                content: (!text.is_empty() || tool_calls.is_empty()).then_some(text),
+                tool_calls,
+                reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+            },
+            finish_reason: finish_reason(msg.stop_reason.as_deref().unwrap_or("end_turn")),
+            logprobs: None,
         }],
-        "usage": chat_usage(u("input_tokens"), u("output_tokens"), u("cache_read_input_tokens"), u("cache_creation_input_tokens")),
-    })
+        usage: OutUsage {
+            prompt_tokens: prompt,
+            completion_tokens: u.output_tokens,
+            total_tokens: prompt + u.output_tokens,
+            prompt_tokens_details: OutDetails { cached_tokens: u.cache_read_input_tokens },
+        },
+    };
+    serde_json::to_string(&out)
+}
+
+#[derive(Serialize)]
+struct OutCompletion<'a> {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [OutChoice<'a>; 1],
+    usage: OutUsage,
+}
+
+#[derive(Serialize)]
+struct OutChoice<'a> {
+    index: u32,
+    message: OutMessage<'a>,
+    finish_reason: &'static str,
+    logprobs: Option<()>,
+}
+
+#[derive(Serialize)]
+struct OutMessage<'a> {
+    role: &'static str,
+    content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<OutToolCall<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<String>,
+}
+
+#[derive(Serialize)]
+struct OutToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: OutFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct OutFunction<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
+#[derive(Serialize)]
+struct OutUsage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+    prompt_tokens_details: OutDetails,
+}
+
+#[derive(Serialize)]
+struct OutDetails {
+    cached_tokens: u64,
 }

@@ -1,9 +1,9 @@
 //! An Anthropic Messages request to an OpenAI-format provider: the request to Chat
 //! Completions, the chat answer back to a Messages answer, and the `anthropic-beta` header.
 
-use super::{
-    Translated, Untranslatable, effort_for_budget, joined_text, messages_usage, parse_arguments, stop_reason, str_of,
-};
+use super::wire::{AntUsage, ChatCompletion};
+use super::{Translated, Untranslatable, effort_for_budget, joined_text, parse_arguments, stop_reason, str_of};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 /// Fields of a Messages request that carry over; `context_management` is advice about long
@@ -361,35 +361,60 @@ fn tools(obj: &Map<String, Value>, body: &mut Map<String, Value>, t: &mut Transl
 }
 
 /// Chat completion → Messages answer.
-pub fn response(chat: &Value) -> Value {
-    let choice = chat.pointer("/choices/0").unwrap_or(&Value::Null);
-    let message = choice.get("message").unwrap_or(&Value::Null);
+pub fn response(body: &[u8]) -> Result<String, serde_json::Error> {
+    let chat: ChatCompletion<'_> = serde_json::from_slice(body)?;
+    let choice = chat.choices.first();
+    let message = choice.and_then(|c| c.message.as_ref());
     let mut content = Vec::new();
-    if let Some(r) = message.get("reasoning_content").and_then(Value::as_str).filter(|r| !r.is_empty()) {
-        content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+    if let Some(m) = message {
+        if let Some(r) = m.reasoning_content.as_deref().filter(|r| !r.is_empty()) {
+            content.push(OutBlock::Thinking { thinking: r, signature: "" });
+        }
+        if let Some(t) = m.content.as_deref().filter(|t| !t.is_empty()) {
+            content.push(OutBlock::Text { text: t });
+        }
+        if let Some(t) = m.refusal.as_deref().filter(|t| !t.is_empty()) {
+            content.push(OutBlock::Text { text: t });
+        }
+        for c in m.tool_calls.iter().flatten() {
+            let f = c.function.as_ref();
+            content.push(OutBlock::ToolUse {
+                id: c.id.as_deref().unwrap_or(""),
+                name: f.and_then(|f| f.name.as_deref()).unwrap_or(""),
+                input: parse_arguments(f.and_then(|f| f.arguments.as_deref()).unwrap_or("")),
+            });
+        }
     }
-    if let Some(text) = message.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
-        content.push(json!({"type": "text", "text": text}));
-    }
-    if let Some(refusal) = message.get("refusal").and_then(Value::as_str).filter(|t| !t.is_empty()) {
-        content.push(json!({"type": "text", "text": refusal}));
-    }
-    for c in message.get("tool_calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
-        content.push(json!({
-            "type": "tool_use",
-            "id": str_of(c, "id").unwrap_or(""),
-            "name": c.pointer("/function/name").and_then(Value::as_str).unwrap_or(""),
-            "input": parse_arguments(c.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("")),
-        }));
-    }
-    json!({
-        "id": format!("msg_{}", str_of(chat, "id").unwrap_or("ferroute")),
-        "type": "message",
-        "role": "assistant",
-        "model": str_of(chat, "model").unwrap_or(""),
-        "content": content,
-        "stop_reason": stop_reason(str_of(choice, "finish_reason").unwrap_or("stop")),
-        "stop_sequence": null,
-        "usage": messages_usage(chat.get("usage")),
-    })
+    let out = OutAnswer {
+        id: format!("msg_{}", chat.id.as_deref().unwrap_or("ferroute")),
+        kind: "message",
+        role: "assistant",
+        model: chat.model.as_deref().unwrap_or(""),
+        content,
+        stop_reason: stop_reason(choice.and_then(|c| c.finish_reason.as_deref()).unwrap_or("stop")),
+        stop_sequence: None,
+        usage: chat.usage.unwrap_or_default().to_anthropic(),
+    };
+    serde_json::to_string(&out)
+}
+
+#[derive(Serialize)]
+struct OutAnswer<'a> {
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    role: &'static str,
+    model: &'a str,
+    content: Vec<OutBlock<'a>>,
+    stop_reason: &'static str,
+    stop_sequence: Option<()>,
+    usage: AntUsage,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum OutBlock<'a> {
+    Thinking { thinking: &'a str, signature: &'static str },
+    Text { text: &'a str },
+    ToolUse { id: &'a str, name: &'a str, input: Value },
 }

@@ -13,6 +13,7 @@ pub mod messages_chat;
 pub mod passthrough;
 pub mod responses;
 pub mod stream;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -131,18 +132,6 @@ pub fn chat_usage(input: u64, output: u64, cache_read: u64, cache_write: u64) ->
         "completion_tokens": output,
         "total_tokens": prompt + output,
         "prompt_tokens_details": { "cached_tokens": cache_read },
-    })
-}
-
-/// Anthropic usage counts from a chat `usage` object.
-pub fn messages_usage(usage: Option<&Value>) -> Value {
-    let n = |p: &str| usage.and_then(|u| u.pointer(p)).and_then(Value::as_u64).unwrap_or(0);
-    let cached = n("/prompt_tokens_details/cached_tokens");
-    serde_json::json!({
-        "input_tokens": n("/prompt_tokens").saturating_sub(cached),
-        "output_tokens": n("/completion_tokens"),
-        "cache_read_input_tokens": cached,
-        "cache_creation_input_tokens": 0,
     })
 }
 

@@ -379,8 +379,9 @@ impl ResponseBuilder {
         if item["content"].as_array().is_none_or(Vec::is_empty) {
             item["content"] = json!([{"type": "output_text", "text": "", "annotations": [], "logprobs": []}]);
         }
-        let old = item["content"][0]["text"].as_str().unwrap_or("").to_owned();
-        item["content"][0]["text"] = Value::String(old + text);
+        if let Some(Value::String(t)) = item.pointer_mut("/content/0/text") {
+            t.push_str(text);
+        }
         item["id"].clone()
     }
 
@@ -395,8 +396,9 @@ impl ResponseBuilder {
     /// Appends argument text to call item `i`; returns the item's id.
     pub fn append_arguments(&mut self, i: usize, args: &str) -> Value {
         let item = &mut self.output[i];
-        let old = item["arguments"].as_str().unwrap_or("").to_owned();
-        item["arguments"] = Value::String(old + args);
+        if let Some(Value::String(a)) = item.get_mut("arguments") {
+            a.push_str(args);
+        }
         item["id"].clone()
     }
 

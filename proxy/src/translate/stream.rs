@@ -3,7 +3,8 @@
 //! through chat chunks), and each can close its stream with an error in its own format.
 
 use super::responses::ResponseBuilder;
-use super::{chat_usage, finish_reason, messages_usage, stop_reason, str_of};
+use super::wire::{AntEvent, AntUsage, ChatCompletion, ChatToolCall, ChatUsage, quote};
+use super::{chat_usage, finish_reason, stop_reason, str_of};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -84,48 +85,69 @@ fn named(name: &str, v: &Value) -> Event {
 
 /// Anthropic Messages events → OpenAI chat chunks.
 pub struct MessagesToChat {
-    id: String,
-    model: String,
+    /// Every chunk starts with the same id, created time and model.
+    prefix: String,
     created: u64,
     include_usage: bool,
-    usage: [u64; 4],
+    usage: AntUsage,
     tools: BTreeMap<u64, u64>,
     finished: bool,
     done: bool,
 }
 
+/// The end of a chunk that finishes nothing.
+const CHUNK_END: &str = r#","finish_reason":null,"logprobs":null}]}"#;
+
 impl MessagesToChat {
     /// `include_usage`: the client asked for a usage chunk (`stream_options.include_usage`).
     pub fn new(created: u64, include_usage: bool) -> Self {
-        MessagesToChat {
-            id: "chatcmpl-ferroute".into(),
-            model: String::new(),
+        let mut t = MessagesToChat {
+            prefix: String::new(),
             created,
             include_usage,
-            usage: [0; 4],
+            usage: AntUsage::default(),
             tools: BTreeMap::new(),
             finished: false,
             done: false,
-        }
+        };
+        t.set_prefix("ferroute", "");
+        t
     }
 
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> Event {
-        data(&json!({
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}],
-        }))
+    fn set_prefix(&mut self, id: &str, model: &str) {
+        self.prefix = format!(
+            r#"{{"id":{},"object":"chat.completion.chunk","created":{},"model":{},"choices":[{{"index":0,"delta":"#,
+            quote(&format!("chatcmpl-{id}")),
+            self.created,
+            quote(model)
+        );
     }
 
-    fn read_usage(&mut self, u: Option<&Value>) {
-        let Some(u) = u else { return };
-        for (i, k) in ["input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"]
-            .iter()
-            .enumerate()
-        {
-            if let Some(n) = u.get(*k).and_then(Value::as_u64) {
-                self.usage[i] = n;
+    fn chunk(&self, delta: &str, finish: Option<&str>) -> Event {
+        let mut s = String::with_capacity(self.prefix.len() + delta.len() + CHUNK_END.len() + 16);
+        s.push_str(&self.prefix);
+        s.push_str(delta);
+        match finish {
+            Some(f) => {
+                s.push_str(r#","finish_reason":""#);
+                s.push_str(f);
+                s.push_str(r#"","logprobs":null}]}"#);
             }
+            None => s.push_str(CHUNK_END),
         }
+        (None, s)
+    }
+
+    /// Takes the counts an event reports (a `message_delta` may carry only some of them).
+    fn read_usage(&mut self, u: Option<AntUsage>) {
+        let Some(u) = u else { return };
+        let keep = |new: u64, old: u64| if new > 0 { new } else { old };
+        self.usage = AntUsage {
+            input_tokens: keep(u.input_tokens, self.usage.input_tokens),
+            output_tokens: keep(u.output_tokens, self.usage.output_tokens),
+            cache_read_input_tokens: keep(u.cache_read_input_tokens, self.usage.cache_read_input_tokens),
+            cache_creation_input_tokens: keep(u.cache_creation_input_tokens, self.usage.cache_creation_input_tokens),
+        };
     }
 
     fn close(&mut self, out: &mut Vec<Event>) {
@@ -133,14 +155,15 @@ impl MessagesToChat {
             return;
         }
         if !self.finished {
-            out.push(self.chunk(json!({}), Some("stop")));
+            out.push(self.chunk("{}", Some("stop")));
         }
         if self.include_usage {
-            let [i, o, r, w] = self.usage;
-            out.push(data(&json!({
-                "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [], "usage": chat_usage(i, o, r, w),
-            })));
+            let u = self.usage;
+            let usage =
+                chat_usage(u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens);
+            // The usage chunk has no choices: the prefix up to `"choices":[`.
+            let head = self.prefix.split_once(r#""choices":["#).map_or("{", |(h, _)| h);
+            out.push((None, format!(r#"{head}"choices":[],"usage":{usage}}}"#)));
         }
         out.push((None, "[DONE]".into()));
         self.done = true;
@@ -152,68 +175,67 @@ impl Translate for MessagesToChat {
         if self.done {
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(payload) else { return };
-        let kind = str_of(&v, "type").or(name).unwrap_or("");
+        let Ok(v) = serde_json::from_str::<AntEvent<'_>>(payload) else { return };
+        let kind = v.kind.as_deref().or(name).unwrap_or("");
         match kind {
             "message_start" => {
-                let m = v.get("message").unwrap_or(&Value::Null);
-                if let Some(id) = str_of(m, "id") {
-                    self.id = format!("chatcmpl-{id}");
+                if let Some(m) = &v.message {
+                    let (id, model) = (m.id.as_deref().unwrap_or("ferroute"), m.model.as_deref().unwrap_or(""));
+                    self.set_prefix(id, model);
+                    self.read_usage(m.usage);
                 }
-                self.model = str_of(m, "model").unwrap_or("").to_owned();
-                self.read_usage(m.get("usage"));
-                out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
+                out.push(self.chunk(r#"{"role":"assistant","content":""}"#, None));
             }
-            "content_block_start" => {
-                let b = v.get("content_block").unwrap_or(&Value::Null);
-                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
-                match str_of(b, "type") {
-                    Some("tool_use") => {
-                        let ti = self.tools.len() as u64;
-                        self.tools.insert(index, ti);
-                        let call = json!({"index": ti, "id": str_of(b, "id").unwrap_or(""), "type": "function",
-                            "function": {"name": str_of(b, "name").unwrap_or(""), "arguments": ""}});
-                        out.push(self.chunk(json!({"tool_calls": [call]}), None));
-                    }
-                    Some("text") => {
-                        if let Some(t) = str_of(b, "text").filter(|t| !t.is_empty()) {
-                            out.push(self.chunk(json!({"content": t}), None));
-                        }
-                    }
-                    _ => {}
+            "content_block_start" => match &v.content_block {
+                Some(b) if b.kind == "tool_use" => {
+                    let ti = self.tools.len() as u64;
+                    self.tools.insert(v.index, ti);
+                    let delta = format!(
+                        r#"{{"tool_calls":[{{"index":{ti},"id":{},"type":"function","function":{{"name":{},"arguments":""}}}}]}}"#,
+                        quote(b.id.as_deref().unwrap_or("")),
+                        quote(b.name.as_deref().unwrap_or(""))
+                    );
+                    out.push(self.chunk(&delta, None));
                 }
-            }
+                Some(b) if b.kind == "text" => {
+                    if let Some(t) = b.text.as_deref().filter(|t| !t.is_empty()) {
+                        out.push(self.chunk(&format!(r#"{{"content":{}}}"#, quote(t)), None));
+                    }
+                }
+                _ => {}
+            },
             "content_block_delta" => {
-                let d = v.get("delta").unwrap_or(&Value::Null);
-                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
-                match str_of(d, "type") {
+                let Some(d) = &v.delta else { return };
+                match d.kind.as_deref() {
                     Some("text_delta") => {
-                        out.push(self.chunk(json!({"content": str_of(d, "text").unwrap_or("")}), None))
+                        let text = d.text.as_deref().unwrap_or("");
+                        out.push(self.chunk(&format!(r#"{{"content":{}}}"#, quote(text)), None));
                     }
                     Some("thinking_delta") => {
-                        out.push(self.chunk(json!({"reasoning_content": str_of(d, "thinking").unwrap_or("")}), None))
+                        let text = d.thinking.as_deref().unwrap_or("");
+                        out.push(self.chunk(&format!(r#"{{"reasoning_content":{}}}"#, quote(text)), None));
                     }
                     Some("input_json_delta") => {
-                        let ti = self.tools.get(&index).copied().unwrap_or(0);
-                        let call =
-                            json!({"index": ti, "function": {"arguments": str_of(d, "partial_json").unwrap_or("")}});
-                        out.push(self.chunk(json!({"tool_calls": [call]}), None));
+                        let ti = self.tools.get(&v.index).copied().unwrap_or(0);
+                        let args = quote(d.partial_json.as_deref().unwrap_or(""));
+                        let delta = format!(r#"{{"tool_calls":[{{"index":{ti},"function":{{"arguments":{args}}}}}]}}"#);
+                        out.push(self.chunk(&delta, None));
                     }
                     _ => {}
                 }
             }
             "message_delta" => {
-                self.read_usage(v.get("usage"));
-                if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                self.read_usage(v.usage);
+                if let Some(r) = v.delta.as_ref().and_then(|d| d.stop_reason.as_deref()) {
                     self.finished = true;
-                    out.push(self.chunk(json!({}), Some(finish_reason(r))));
+                    out.push(self.chunk("{}", Some(finish_reason(r))));
                 }
             }
             "message_stop" => self.close(out),
             "error" => {
-                let e = v.get("error").unwrap_or(&Value::Null);
-                let message = str_of(e, "message").unwrap_or("the upstream stream failed");
-                let code = str_of(e, "code").or_else(|| str_of(e, "type")).unwrap_or("upstream_stream_error");
+                let e = v.error.unwrap_or(Value::Null);
+                let message = str_of(&e, "message").unwrap_or("the upstream stream failed");
+                let code = str_of(&e, "code").or_else(|| str_of(&e, "type")).unwrap_or("upstream_stream_error");
                 self.error(code, message, out);
             }
             _ => {}
@@ -254,7 +276,7 @@ pub struct ChatToMessages {
     open: Option<Block>,
     next: u64,
     stop: Option<&'static str>,
-    usage: Option<Value>,
+    usage: Option<ChatUsage>,
     done: bool,
 }
 
@@ -270,51 +292,61 @@ impl ChatToMessages {
         ChatToMessages { started: false, open: None, next: 0, stop: None, usage: None, done: false }
     }
 
-    fn start(&mut self, chunk: &Value, out: &mut Vec<Event>) {
+    fn start(&mut self, id: &str, model: &str, out: &mut Vec<Event>) {
         if self.started {
             return;
         }
         self.started = true;
-        let msg = json!({
-            "id": format!("msg_{}", str_of(chunk, "id").unwrap_or("ferroute")), "type": "message", "role": "assistant",
-            "model": str_of(chunk, "model").unwrap_or(""), "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
-        });
-        out.push(named("message_start", &json!({"type": "message_start", "message": msg})));
+        let msg = format!(
+            r#"{{"type":"message_start","message":{{"id":{},"type":"message","role":"assistant","model":{},"content":[],"stop_reason":null,"stop_sequence":null,"usage":{{"input_tokens":0,"output_tokens":0}}}}}}"#,
+            quote(&format!("msg_{id}")),
+            quote(model)
+        );
+        out.push((Some("message_start".into()), msg));
     }
 
     fn close_block(&mut self, out: &mut Vec<Event>) {
         if let Some(b) = self.open.take() {
-            out.push(named("content_block_stop", &json!({"type": "content_block_stop", "index": b.index()})));
+            let i = b.index();
+            out.push((Some("content_block_stop".into()), format!(r#"{{"type":"content_block_stop","index":{i}}}"#)));
         }
     }
 
-    fn open_block(&mut self, block: Block, start: Value, out: &mut Vec<Event>) {
+    /// Opens a block whose `content_block` JSON is `start`.
+    fn open_block(&mut self, block: Block, start: &str, out: &mut Vec<Event>) {
         self.close_block(out);
-        out.push(named(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": block.index(), "content_block": start}),
+        let i = block.index();
+        out.push((
+            Some("content_block_start".into()),
+            format!(r#"{{"type":"content_block_start","index":{i},"content_block":{start}}}"#),
         ));
         self.open = Some(block);
         self.next += 1;
     }
 
-    fn delta(&self, out: &mut Vec<Event>, delta: Value) {
+    /// A delta of the open block; `delta` is its JSON.
+    fn delta(&self, out: &mut Vec<Event>, delta: &str) {
         let index = self.open.map_or(0, Block::index);
-        out.push(named("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": delta})));
+        out.push((
+            Some("content_block_delta".into()),
+            format!(r#"{{"type":"content_block_delta","index":{index},"delta":{delta}}}"#),
+        ));
     }
 
-    fn tool_calls(&mut self, calls: &[Value], out: &mut Vec<Event>) {
+    fn tool_calls(&mut self, calls: &[ChatToolCall<'_>], out: &mut Vec<Event>) {
         for c in calls {
-            let call = c.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let same = matches!(self.open, Some(Block::Tool { call: k, .. }) if k == call);
+            let same = matches!(self.open, Some(Block::Tool { call: k, .. }) if k == c.index);
+            let f = c.function.as_ref();
             if !same {
-                let start = json!({"type": "tool_use", "id": str_of(c, "id").unwrap_or(""),
-                    "name": c.pointer("/function/name").and_then(Value::as_str).unwrap_or(""), "input": {}});
-                self.open_block(Block::Tool { index: self.next, call }, start, out);
+                let start = format!(
+                    r#"{{"type":"tool_use","id":{},"name":{},"input":{{}}}}"#,
+                    quote(c.id.as_deref().unwrap_or("")),
+                    quote(f.and_then(|f| f.name.as_deref()).unwrap_or(""))
+                );
+                self.open_block(Block::Tool { index: self.next, call: c.index }, &start, out);
             }
-            if let Some(a) = c.pointer("/function/arguments").and_then(Value::as_str).filter(|a| !a.is_empty()) {
-                self.delta(out, json!({"type": "input_json_delta", "partial_json": a}));
+            if let Some(a) = f.and_then(|f| f.arguments.as_deref()).filter(|a| !a.is_empty()) {
+                self.delta(out, &format!(r#"{{"type":"input_json_delta","partial_json":{}}}"#, quote(a)));
             }
         }
     }
@@ -323,14 +355,18 @@ impl ChatToMessages {
         if self.done {
             return;
         }
-        self.start(&Value::Null, out);
+        self.start("ferroute", "", out);
         self.close_block(out);
-        let usage = messages_usage(self.usage.as_ref());
-        out.push(named(
-            "message_delta",
-            &json!({"type": "message_delta", "delta": {"stop_reason": self.stop.unwrap_or("end_turn"), "stop_sequence": null}, "usage": usage}),
+        let usage =
+            serde_json::to_string(&self.usage.unwrap_or_default().to_anthropic()).unwrap_or_else(|_| "{}".into());
+        out.push((
+            Some("message_delta".into()),
+            format!(
+                r#"{{"type":"message_delta","delta":{{"stop_reason":"{}","stop_sequence":null}},"usage":{usage}}}"#,
+                self.stop.unwrap_or("end_turn")
+            ),
         ));
-        out.push(named("message_stop", &json!({"type": "message_stop"})));
+        out.push((Some("message_stop".into()), r#"{"type":"message_stop"}"#.into()));
         self.done = true;
     }
 }
@@ -344,35 +380,36 @@ impl Translate for ChatToMessages {
             self.close(out);
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(payload) else { return };
-        if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+        let Ok(v) = serde_json::from_str::<ChatCompletion<'_>>(payload) else { return };
+        if let Some(e) = v.error.as_ref().filter(|e| !e.is_null()) {
             let message = str_of(e, "message").unwrap_or("the upstream stream failed");
             let code = str_of(e, "code").unwrap_or("upstream_stream_error");
             self.error(code, message, out);
             return;
         }
-        self.start(&v, out);
-        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-            self.usage = Some(u.clone());
+        self.start(v.id.as_deref().unwrap_or("ferroute"), v.model.as_deref().unwrap_or(""), out);
+        if v.usage.is_some() {
+            self.usage = v.usage;
         }
-        let Some(choice) = v.pointer("/choices/0") else { return };
-        let delta = choice.get("delta").unwrap_or(&Value::Null);
-        if let Some(r) = delta.get("reasoning_content").and_then(Value::as_str).filter(|r| !r.is_empty()) {
-            if !matches!(self.open, Some(Block::Thinking(_))) {
-                self.open_block(Block::Thinking(self.next), json!({"type": "thinking", "thinking": ""}), out);
+        let Some(choice) = v.choices.first() else { return };
+        if let Some(delta) = &choice.delta {
+            if let Some(r) = delta.reasoning_content.as_deref().filter(|r| !r.is_empty()) {
+                if !matches!(self.open, Some(Block::Thinking(_))) {
+                    self.open_block(Block::Thinking(self.next), r#"{"type":"thinking","thinking":""}"#, out);
+                }
+                self.delta(out, &format!(r#"{{"type":"thinking_delta","thinking":{}}}"#, quote(r)));
             }
-            self.delta(out, json!({"type": "thinking_delta", "thinking": r}));
-        }
-        if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
-            if !matches!(self.open, Some(Block::Text(_))) {
-                self.open_block(Block::Text(self.next), json!({"type": "text", "text": ""}), out);
+            if let Some(t) = delta.content.as_deref().filter(|t| !t.is_empty()) {
+                if !matches!(self.open, Some(Block::Text(_))) {
+                    self.open_block(Block::Text(self.next), r#"{"type":"text","text":""}"#, out);
+                }
+                self.delta(out, &format!(r#"{{"type":"text_delta","text":{}}}"#, quote(t)));
             }
-            self.delta(out, json!({"type": "text_delta", "text": t}));
+            if let Some(calls) = &delta.tool_calls {
+                self.tool_calls(calls, out);
+            }
         }
-        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-            self.tool_calls(calls, out);
-        }
-        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+        if let Some(f) = choice.finish_reason.as_deref() {
             self.stop = Some(stop_reason(f));
         }
     }

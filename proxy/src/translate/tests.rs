@@ -333,7 +333,8 @@ fn answers_translate_both_ways() {
     let msg = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
         "content": [{"type": "text", "text": "Hi"}, {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}}],
         "stop_reason": "tool_use", "usage": {"input_tokens": 10, "output_tokens": 3, "cache_read_input_tokens": 5}});
-    let chat = chat_messages::response(&msg, 9);
+    let chat: Value =
+        serde_json::from_str(&chat_messages::response(msg.to_string().as_bytes(), 9).expect("answer")).expect("json");
     assert_eq!(chat["choices"][0]["finish_reason"], "tool_calls");
     assert_eq!(chat["choices"][0]["message"]["content"], "Hi");
     assert_eq!(chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
@@ -341,7 +342,8 @@ fn answers_translate_both_ways() {
         chat["usage"],
         json!({"prompt_tokens": 15, "completion_tokens": 3, "total_tokens": 18, "prompt_tokens_details": {"cached_tokens": 5}})
     );
-    let back = messages_chat::response(&chat);
+    let back: Value =
+        serde_json::from_str(&messages_chat::response(chat.to_string().as_bytes()).expect("answer")).expect("json");
     assert_eq!(back["content"], msg["content"]);
     assert_eq!(back["stop_reason"], "tool_use");
     assert_eq!(back["usage"]["input_tokens"], 10);
