@@ -13,6 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use proxy::config::Config;
 use proxy::{Persistence, build};
+use scenarios::{Behaviour, Script, ScriptedUpstream, SseEvent};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,6 +113,62 @@ async fn one(client: &Client<HttpConnector, Full<Bytes>>, url: &str, body: &Byte
         Ok(resp) if resp.status().is_success() => resp.into_body().collect().await.is_ok(),
         _ => false,
     }
+}
+
+/// The benchmark's upstream: `m` echoes (either format), `s` streams ten chat chunks, `as`
+/// streams ten tokens as Anthropic events.
+pub fn bench_upstream() -> ScriptedUpstream {
+    let events: Vec<SseEvent> = (0..10)
+        .map(|i| SseEvent::text(0, &format!("token{i} ")))
+        .chain([SseEvent::usage(0), SseEvent::done(0)])
+        .collect();
+    let ev = |name: &str, data: serde_json::Value| SseEvent {
+        after_ms: 0,
+        event: Some(name.into()),
+        data: data.to_string(),
+    };
+    let start = serde_json::json!({"type":"message_start","message":{"id":"msg_b","type":"message","role":"assistant","model":"as","content":[],"usage":{"input_tokens":3,"output_tokens":0}}});
+    let anthropic: Vec<SseEvent> = [ev("message_start", start)]
+        .into_iter()
+        .chain([ev("content_block_start", serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}))])
+        // Deltas in the key order Anthropic writes them.
+        .chain((0..10).map(|i| SseEvent {
+            after_ms: 0,
+            event: Some("content_block_delta".into()),
+            data: format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"token{i} "}}}}"#),
+        }))
+        .chain([
+            ev("content_block_stop", serde_json::json!({"type":"content_block_stop","index":0})),
+            ev("message_delta", serde_json::json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":10}})),
+            ev("message_stop", serde_json::json!({"type":"message_stop"})),
+        ])
+        .collect();
+    ScriptedUpstream::new()
+        .route("m", Script::always(Behaviour::echo()))
+        .route("s", Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false }))
+        .route("as", Script::always(Behaviour::Stream { latency_ms: 0, events: anthropic, reset_after: false }))
+}
+
+/// The model a benchmark target asks for: `prefix` names the provider (`""` straight to the
+/// upstream, `bench/` the same-format one, `bench-ant/` the Anthropic-format one).
+pub fn bench_model(prefix: &str, stream: bool) -> String {
+    match (prefix, stream) {
+        ("bench-ant/", true) => "bench-ant/as".to_owned(),
+        (p, true) => format!("{p}s"),
+        (p, false) => format!("{p}m"),
+    }
+}
+
+/// Sends `count` requests one after another and returns how many succeeded.
+pub async fn sequential(url: &str, body: Bytes, count: usize) -> usize {
+    let client = client();
+    let mut ok = 0;
+    for _ in 0..count {
+        if one(&client, url, &body).await {
+            ok += 1;
+        }
+    }
+    ok
 }
 
 /// The request body for model `model`.

@@ -117,9 +117,10 @@ impl Inbound {
 /// The request for providers of one format.
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    /// The body; the gateway sets `model` per target.
+    /// The translated body, when it is not already bytes; the gateway sets `model` per target.
     pub body: Value,
-    /// The client's bytes, for a same-format hop.
+    /// The body as bytes: the client's own on a same-format hop, or written straight from a
+    /// plain request.
     pub raw: Option<Bytes>,
     /// Advisory fields dropped on the way, for the `x-ferroute-translation-dropped` header.
     pub dropped: Vec<String>,
@@ -132,8 +133,15 @@ pub struct Prepared {
 impl Prepared {
     /// The body for one target's model.
     pub fn body_for(&mut self, model: &str) -> Result<Vec<u8>, serde_json::Error> {
-        if let Some(out) = self.raw.as_deref().and_then(|raw| passthrough::replace_model(raw, model)) {
-            return Ok(out);
+        // `raw` is the client's bytes (same format), or a body written straight to bytes;
+        // should its model not be found where expected, it is parsed and set the slow way.
+        if let Some(raw) = &self.raw {
+            if let Some(out) = passthrough::replace_model(raw, model) {
+                return Ok(out);
+            }
+            if self.body.is_null() {
+                self.body = serde_json::from_slice(raw)?;
+            }
         }
         self.body["model"] = Value::String(model.to_owned());
         serde_json::to_vec(&self.body)
@@ -145,8 +153,16 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
     let mut dropped = inb.dropped.clone();
     let mut headers = Vec::new();
     let same = wire(inb.api) == format;
+    let plain = (!same && format == Format::Anthropic && inb.api == ClientApi::Chat)
+        .then(|| chat_messages::plain_request(&inb.body))
+        .flatten();
     let (body, raw) = if same {
-        (inb.body.clone(), inb.raw.clone())
+        match &inb.raw {
+            Some(raw) => (Value::Null, Some(raw.clone())),
+            None => (inb.body.clone(), None),
+        }
+    } else if let Some(bytes) = plain {
+        (Value::Null, Some(Bytes::from(bytes)))
     } else {
         let t = match format {
             Format::Anthropic => chat_messages::request(&inb.body)?,

@@ -197,12 +197,15 @@ fn echo_events(text: &str, model: &str, chunk_ms: u64, anthropic: bool) -> Vec<S
             serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
         ));
         for w in &words {
-            let mut e = ev(
-                "content_block_delta",
-                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":w}}),
-            );
-            e.after_ms = chunk_ms;
-            events.push(e);
+            // In the key order Anthropic writes deltas.
+            let text = serde_json::Value::from(w.as_str());
+            events.push(SseEvent {
+                after_ms: chunk_ms,
+                event: Some("content_block_delta".into()),
+                data: format!(
+                    r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":{text}}}}}"#
+                ),
+            });
         }
         events.push(ev("content_block_stop", serde_json::json!({"type":"content_block_stop","index":0})));
         events.push(ev("message_delta", serde_json::json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":words.len()}})));

@@ -6,7 +6,7 @@
 
 use clap::Parser;
 use load::{Latency, body, max_throughput, open_loop, start_gateway, start_passthrough};
-use scenarios::{Behaviour, Script, ScriptedUpstream, SseEvent, serve_upstream};
+use scenarios::serve_upstream;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,30 +37,7 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!("--rates must be positive, --seconds in (0, 3600], --workers at least 1");
     }
     let dur = Duration::from_secs_f64(cli.seconds);
-    let events: Vec<SseEvent> = (0..10)
-        .map(|i| SseEvent::text(0, &format!("token{i} ")))
-        .chain([SseEvent::usage(0), SseEvent::done(0)])
-        .collect();
-    let ev = |name: &str, data: serde_json::Value| SseEvent {
-        after_ms: 0,
-        event: Some(name.into()),
-        data: data.to_string(),
-    };
-    let anthropic_events: Vec<SseEvent> = std::iter::once(ev("message_start", serde_json::json!({"type":"message_start","message":{"id":"msg_b","type":"message","role":"assistant","model":"as","content":[],"usage":{"input_tokens":3,"output_tokens":0}}})))
-        .chain([ev("content_block_start", serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}))])
-        .chain((0..10).map(|i| {
-            ev("content_block_delta", serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":format!("token{i} ")}}))
-        }))
-        .chain([
-            ev("content_block_stop", serde_json::json!({"type":"content_block_stop","index":0})),
-            ev("message_delta", serde_json::json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":10}})),
-            ev("message_stop", serde_json::json!({"type":"message_stop"})),
-        ])
-        .collect();
-    let script = ScriptedUpstream::new()
-        .route("m", Script::always(Behaviour::echo()))
-        .route("s", Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false }))
-        .route("as", Script::always(Behaviour::Stream { latency_ms: 0, events: anthropic_events, reset_after: false }));
+    let script = load::bench_upstream();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let up = listener.local_addr()?;
     tokio::spawn(serve_upstream(listener, Arc::new(script)));
@@ -73,12 +50,7 @@ async fn main() -> anyhow::Result<()> {
         ("ferroute", format!("http://{gw}/v1/chat/completions"), "bench/"),
         ("translated", format!("http://{gw}/v1/chat/completions"), "bench-ant/"),
     ];
-    // The Anthropic-format provider streams its own events from route `as`.
-    let model_of = |prefix: &str, stream: bool| match (prefix, stream) {
-        ("bench-ant/", true) => "bench-ant/as".to_owned(),
-        (p, true) => format!("{p}s"),
-        (p, false) => format!("{p}m"),
-    };
+    let model_of = load::bench_model;
     // Warm every path (connections, pools, allocator).
     for (_, url, prefix) in &targets {
         let _ = open_loop(url, body(&model_of(prefix, false), false), 200, Duration::from_millis(500)).await;

@@ -1,12 +1,11 @@
 //! An OpenAI Chat Completions request to an Anthropic-format provider: the request to
 //! Anthropic Messages, and the Messages answer back to a chat completion.
 
-use super::wire::AntMessage;
+use super::wire::{AntMessage, Out};
 use super::{
     DEFAULT_MAX_TOKENS, Translated, Untranslatable, budget_for_effort, finish_reason, joined_text, refuse_unless,
     str_of,
 };
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 /// Fields of a chat request that carry over or are handled below; any other field is refused.
@@ -121,6 +120,76 @@ pub fn request(chat: &Value) -> Result<Translated, Untranslatable> {
     }
     out.body = Value::Object(body);
     Ok(out)
+}
+
+/// The common case written straight to bytes: a request of only turns with string content
+/// and the plain sampling fields. Returns `None` for anything else (the general [`request`]
+/// handles it); for what it accepts it writes the same body [`request`] builds, without the
+/// `model` (the property tests hold the two to that).
+pub fn plain_request(chat: &Value) -> Option<Vec<u8>> {
+    let obj = chat.as_object()?;
+    if obj.contains_key("max_tokens") && obj.contains_key("max_completion_tokens") {
+        return None;
+    }
+    let mut out = Out::with_capacity(256);
+    out.raw(r#"{"model":"","messages":["#);
+    let mut system: Vec<&str> = Vec::new();
+    let mut last: Option<&str> = None;
+    for m in obj.get("messages")?.as_array()? {
+        let m = m.as_object()?;
+        if m.len() != 2 {
+            return None;
+        }
+        let role = match m.get("role")?.as_str()? {
+            "system" | "developer" => {
+                system.push(m.get("content")?.as_str()?);
+                continue;
+            }
+            r @ ("user" | "assistant") => r,
+            _ => return None,
+        };
+        let text = m.get("content")?.as_str()?;
+        // As in the general path: an empty assistant turn is left out, an empty user turn kept.
+        if text.is_empty() && role == "assistant" {
+            continue;
+        }
+        if last == Some(role) {
+            out.0.truncate(out.0.len() - 2);
+            out.raw(",");
+        } else {
+            if last.is_some() {
+                out.raw(",");
+            }
+            out.raw(r#"{"role":""#).raw(role).raw(r#"","content":["#);
+        }
+        out.raw(r#"{"type":"text","text":"#).str(text).raw("}]}");
+        last = Some(role);
+    }
+    out.raw("]");
+    let mut max_tokens = DEFAULT_MAX_TOKENS;
+    for (k, v) in obj {
+        match (k.as_str(), v) {
+            ("model" | "messages", _) | ("stream_options", Value::Object(_)) | (_, Value::Null) => {}
+            ("max_tokens" | "max_completion_tokens", Value::Number(n)) => max_tokens = n.as_u64()?,
+            ("temperature", Value::Number(n)) if n.as_f64().is_some_and(|t| (0.0..=1.0).contains(&t)) => {
+                out.raw(r#","temperature":"#).raw(&n.to_string());
+            }
+            ("top_p", Value::Number(n)) => {
+                out.raw(r#","top_p":"#).raw(&n.to_string());
+            }
+            ("stream", Value::Bool(b)) => {
+                out.raw(r#","stream":"#).raw(if *b { "true" } else { "false" });
+            }
+            _ => return None,
+        }
+    }
+    out.raw(r#","max_tokens":"#).num(max_tokens);
+    let system = system.join("\n\n");
+    if !system.is_empty() {
+        out.raw(r#","system":"#).str(&system);
+    }
+    out.raw("}");
+    Some(out.0.into_bytes())
 }
 
 fn tools(obj: &Map<String, Value>, body: &mut Map<String, Value>) -> Result<(), Untranslatable> {
@@ -326,106 +395,51 @@ fn assistant_blocks(m: &Value, i: usize) -> Result<Vec<Value>, Untranslatable> {
     Ok(blocks)
 }
 
-/// Messages answer → chat completion. `created` is the Unix time in seconds.
+/// Messages answer → chat completion. `created` is the Unix time in seconds. Written by
+/// hand: only the strings that come from the answer are escaped.
 pub fn response(body: &[u8], created: u64) -> Result<String, serde_json::Error> {
     let msg: AntMessage<'_> = serde_json::from_slice(body)?;
     let mut text = String::new();
     let mut reasoning = String::new();
-    let mut tool_calls = Vec::new();
+    let mut calls = Out::default();
     for b in &msg.content {
         match b.kind.as_ref() {
             "text" => text.push_str(b.text.as_deref().unwrap_or("")),
             "thinking" => reasoning.push_str(b.thinking.as_deref().unwrap_or("")),
-            "tool_use" => tool_calls.push(OutToolCall {
-                id: b.id.as_deref().unwrap_or(""),
-                kind: "function",
-                function: OutFunction {
-                    name: b.name.as_deref().unwrap_or(""),
-                    arguments: b.input.as_ref().map_or_else(|| "{}".to_owned(), Value::to_string),
-                },
-            }),
+            "tool_use" => {
+                let args = b.input.as_ref().map_or_else(|| "{}".to_owned(), Value::to_string);
+                if !calls.0.is_empty() {
+                    calls.raw(",");
+                }
+                calls.raw(r#"{"id":"#).str(b.id.as_deref().unwrap_or(""));
+                calls.raw(r#","type":"function","function":{"name":"#).str(b.name.as_deref().unwrap_or(""));
+                calls.raw(r#","arguments":"#).str(&args).raw("}}");
+            }
             _ => {}
         }
     }
     let u = msg.usage.unwrap_or_default();
     let prompt = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
-    let out = OutCompletion {
-        id: format!("chatcmpl-{}", msg.id.as_deref().unwrap_or("ferroute")),
-        object: "chat.completion",
-        created,
-        model: msg.model.as_deref().unwrap_or(""),
-        choices: [OutChoice {
-            index: 0,
-            message: OutMessage {
-                role: "assistant",
-                content: (!text.is_empty() || tool_calls.is_empty()).then_some(text),
-                tool_calls,
-                reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
-            },
-            finish_reason: finish_reason(msg.stop_reason.as_deref().unwrap_or("end_turn")),
-            logprobs: None,
-        }],
-        usage: OutUsage {
-            prompt_tokens: prompt,
-            completion_tokens: u.output_tokens,
-            total_tokens: prompt + u.output_tokens,
-            prompt_tokens_details: OutDetails { cached_tokens: u.cache_read_input_tokens },
-        },
-    };
-    serde_json::to_string(&out)
-}
-
-#[derive(Serialize)]
-struct OutCompletion<'a> {
-    id: String,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: [OutChoice<'a>; 1],
-    usage: OutUsage,
-}
-
-#[derive(Serialize)]
-struct OutChoice<'a> {
-    index: u32,
-    message: OutMessage<'a>,
-    finish_reason: &'static str,
-    logprobs: Option<()>,
-}
-
-#[derive(Serialize)]
-struct OutMessage<'a> {
-    role: &'static str,
-    content: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tool_calls: Vec<OutToolCall<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reasoning_content: Option<String>,
-}
-
-#[derive(Serialize)]
-struct OutToolCall<'a> {
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: OutFunction<'a>,
-}
-
-#[derive(Serialize)]
-struct OutFunction<'a> {
-    name: &'a str,
-    arguments: String,
-}
-
-#[derive(Serialize)]
-struct OutUsage {
-    prompt_tokens: u64,
-    completion_tokens: u64,
-    total_tokens: u64,
-    prompt_tokens_details: OutDetails,
-}
-
-#[derive(Serialize)]
-struct OutDetails {
-    cached_tokens: u64,
+    let mut out = Out::with_capacity(256 + text.len());
+    out.raw(r#"{"id":"#).str(&["chatcmpl-", msg.id.as_deref().unwrap_or("ferroute")].concat());
+    out.raw(r#","object":"chat.completion","created":"#).num(created);
+    out.raw(r#","model":"#).str(msg.model.as_deref().unwrap_or(""));
+    out.raw(r#","choices":[{"index":0,"message":{"role":"assistant","content":"#);
+    if text.is_empty() && !calls.0.is_empty() {
+        out.raw("null");
+    } else {
+        out.str(&text);
+    }
+    if !calls.0.is_empty() {
+        out.raw(r#","tool_calls":["#).raw(&calls.0).raw("]");
+    }
+    if !reasoning.is_empty() {
+        out.raw(r#","reasoning_content":"#).str(&reasoning);
+    }
+    out.raw(r#"},"finish_reason":""#).raw(finish_reason(msg.stop_reason.as_deref().unwrap_or("end_turn")));
+    out.raw(r#"","logprobs":null}],"usage":{"prompt_tokens":"#).num(prompt);
+    out.raw(r#","completion_tokens":"#).num(u.output_tokens);
+    out.raw(r#","total_tokens":"#).num(prompt + u.output_tokens);
+    out.raw(r#","prompt_tokens_details":{"cached_tokens":"#).num(u.cache_read_input_tokens).raw("}}}");
+    Ok(out.0)
 }

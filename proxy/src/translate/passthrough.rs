@@ -56,7 +56,7 @@ fn skip_ws(raw: &[u8], mut i: usize) -> usize {
 }
 
 /// The end (exclusive) of the string starting at `i`.
-fn skip_string(raw: &[u8], i: usize) -> Option<usize> {
+pub(crate) fn skip_string(raw: &[u8], i: usize) -> Option<usize> {
     if raw.get(i) != Some(&b'"') {
         return None;
     }

@@ -23,11 +23,18 @@ pub trait Translate: Send {
 
 /// Serialises events as SSE.
 pub fn write(events: &[Event], buf: &mut Vec<u8>) {
+    buf.reserve(events.iter().map(|(n, d)| d.len() + n.as_ref().map_or(0, String::len) + 16).sum());
     for (name, data) in events {
         if let Some(n) = name {
             buf.extend_from_slice(b"event: ");
             buf.extend_from_slice(n.as_bytes());
             buf.push(b'\n');
+        }
+        if !data.contains('\n') {
+            buf.extend_from_slice(b"data: ");
+            buf.extend_from_slice(data.as_bytes());
+            buf.extend_from_slice(b"\n\n");
+            continue;
         }
         for line in data.split('\n') {
             buf.extend_from_slice(b"data: ");
@@ -170,9 +177,40 @@ impl MessagesToChat {
     }
 }
 
+/// A text or tool-input delta in exactly the shape Anthropic writes it, found without parsing:
+/// `{"type":"content_block_delta","index":N,"delta":{"type":"text_delta","text":"…"}}`.
+/// Returns the block index, whether it is tool input, and the string literal as written
+/// (still escaped, so it can be copied into the chat chunk as it is). Anything else is `None`
+/// and takes the full parse.
+fn quick_delta(payload: &str) -> Option<(u64, bool, &str)> {
+    let rest = payload.strip_prefix(r#"{"type":"content_block_delta","index":"#)?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let index: u64 = rest[..digits].parse().ok()?;
+    let rest = &rest[digits..];
+    let (json, rest) = if let Some(r) = rest.strip_prefix(r#","delta":{"type":"text_delta","text":"#) {
+        (false, r)
+    } else {
+        (true, rest.strip_prefix(r#","delta":{"type":"input_json_delta","partial_json":"#)?)
+    };
+    let end = super::passthrough::skip_string(rest.as_bytes(), 0)?;
+    let literal = &rest[..end];
+    // A raw control character would make the copied literal invalid JSON: parse such an event.
+    (&rest[end..] == "}}" && literal.bytes().all(|b| b >= 0x20)).then_some((index, json, literal))
+}
+
 impl Translate for MessagesToChat {
     fn push(&mut self, name: Option<&str>, payload: &str, out: &mut Vec<Event>) {
         if self.done {
+            return;
+        }
+        if let Some((index, json, literal)) = quick_delta(payload) {
+            let delta = if json {
+                let ti = self.tools.get(&index).copied().unwrap_or(0);
+                format!(r#"{{"tool_calls":[{{"index":{ti},"function":{{"arguments":{literal}}}}}]}}"#)
+            } else {
+                [r#"{"content":"#, literal, "}"].concat()
+            };
+            out.push(self.chunk(&delta, None));
             return;
         }
         let Ok(v) = serde_json::from_str::<AntEvent<'_>>(payload) else { return };

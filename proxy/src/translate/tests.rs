@@ -443,7 +443,56 @@ fn chat_request() -> impl Strategy<Value = Value> {
         })
 }
 
+/// Plain chat requests: string turns in any order, the plain sampling fields.
+fn plain_chat_request() -> impl Strategy<Value = Value> {
+    let role = prop::sample::select(vec!["system", "developer", "user", "assistant"]);
+    let turn = (role, prop::option::of(text()));
+    (
+        prop::collection::vec(turn, 1..6),
+        prop::option::of(1u64..9000),
+        prop::option::of(0.0f64..=1.0),
+        prop::option::of(any::<bool>()),
+    )
+        .prop_map(|(turns, max_tokens, temperature, stream)| {
+            let messages: Vec<Value> =
+                turns.into_iter().map(|(r, t)| json!({"role": r, "content": t.unwrap_or_default()})).collect();
+            let mut req = json!({"model": "m", "messages": messages});
+            if let Some(n) = max_tokens {
+                req["max_tokens"] = n.into();
+            }
+            if let Some(t) = temperature {
+                req["temperature"] = t.into();
+                req["top_p"] = 0.5.into();
+            }
+            if let Some(s) = stream {
+                req["stream"] = s.into();
+                req["stream_options"] = json!({"include_usage": true});
+            }
+            req
+        })
+}
+
 proptest! {
+    #[test]
+    fn the_plain_fast_path_writes_what_the_general_translation_builds(chat in plain_chat_request()) {
+        let fast = chat_messages::plain_request(&chat).expect("plain requests take the fast path");
+        let mut fast: Value = serde_json::from_slice(&fast).expect("fast path writes JSON");
+        fast["model"] = Value::Null;
+        // Both go through text once (floats are compared as the provider will read them).
+        let general = chat_messages::request(&chat).expect("translates").body.to_string();
+        let mut general: Value = serde_json::from_str(&general).expect("json");
+        general["model"] = Value::Null;
+        prop_assert_eq!(fast, general);
+    }
+
+    #[test]
+    fn the_fast_path_declines_what_it_does_not_cover(chat in chat_request()) {
+        let has_tools = chat["messages"].as_array().is_some_and(|m| m.iter().any(|m| m.get("tool_calls").is_some() || m["role"] == "tool"));
+        if has_tools || chat.get("stop").is_some() {
+            prop_assert!(chat_messages::plain_request(&chat).is_none());
+        }
+    }
+
     #[test]
     fn chat_to_messages_and_back_keeps_the_request(chat in chat_request()) {
         let there = chat_messages::request(&chat).expect("translates");
@@ -459,6 +508,24 @@ proptest! {
         let there = messages_chat::request(&msg).expect("translates");
         let back = chat_messages::request(&there.body).expect("translates back").body;
         prop_assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn deltas_read_without_parsing_translate_as_parsed_ones(texts in prop::collection::vec("\\PC{0,12}", 1..5)) {
+        // Anthropic's own key order takes the quick path; the same events with their keys in
+        // another order take the full parse. The chunks must be the same.
+        let mut quick = anthropic_tool_stream();
+        let mut parsed_order = anthropic_tool_stream();
+        for (k, t) in texts.iter().enumerate() {
+            let exact = format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":{}}}}}"#, serde_json::to_string(t).unwrap_or_default());
+            let reordered = json!({"delta": {"text": t, "type": "text_delta"}, "index": 0, "type": "content_block_delta"}).to_string();
+            quick.insert(3 + k, (Some("content_block_delta".into()), exact));
+            parsed_order.insert(3 + k, (Some("content_block_delta".into()), reordered));
+        }
+        let a = run(&mut MessagesToChat::new(1, true), &quick);
+        let b = run(&mut MessagesToChat::new(1, true), &parsed_order);
+        prop_assert_eq!(parsed(&a), parsed(&b));
+        prop_assert_eq!(reassemble_chat(&a).0, format!("{}Okay, let's check the weather.", texts.concat()));
     }
 
     #[test]

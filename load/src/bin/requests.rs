@@ -1,0 +1,58 @@
+//! Sends a fixed number of requests one after another through an in-process ferroute and
+//! exits, for counting instructions: run it under `valgrind --tool=callgrind` for two targets
+//! (or two counts) and subtract, and the difference is a repeatable per-request cost, free of
+//! the machine's timing noise. Everything (upstream, gateway, client) shares the one process.
+
+use clap::Parser;
+use load::{bench_model, bench_upstream, body, sequential, start_gateway};
+use scenarios::serve_upstream;
+use std::sync::Arc;
+
+/// Which hop the requests take.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Target {
+    /// Straight to the scripted upstream.
+    Direct,
+    /// Chat requests through ferroute to an OpenAI-format provider.
+    Same,
+    /// Chat requests through ferroute to an Anthropic-format provider (translated).
+    Translated,
+}
+
+/// Send COUNT requests and exit.
+#[derive(Parser, Debug)]
+#[command(name = "requests", about)]
+struct Cli {
+    /// The hop.
+    #[arg(long, value_enum)]
+    target: Target,
+    /// Stream the answers.
+    #[arg(long)]
+    stream: bool,
+    /// Requests to send (after 20 warm-up requests).
+    #[arg(long, default_value_t = 1000)]
+    count: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let up = listener.local_addr()?;
+    tokio::spawn(serve_upstream(listener, Arc::new(bench_upstream())));
+    let data = std::env::temp_dir().join(format!("ferroute-requests-{}", std::process::id()));
+    let gw = start_gateway(Some(up), &data).await?;
+    let (addr, prefix) = match cli.target {
+        Target::Direct => (up, ""),
+        Target::Same => (gw, "bench/"),
+        Target::Translated => (gw, "bench-ant/"),
+    };
+    let url = format!("http://{addr}/v1/chat/completions");
+    let b = body(&bench_model(prefix, cli.stream), cli.stream);
+    sequential(&url, b.clone(), 20).await;
+    let ok = sequential(&url, b, cli.count).await;
+    let _ = std::fs::remove_dir_all(&data);
+    println!("{ok} of {} requests answered 200", cli.count);
+    anyhow::ensure!(ok == cli.count, "{} requests failed", cli.count - ok);
+    Ok(())
+}
