@@ -366,3 +366,63 @@ async fn upstream_errors_reach_each_client_in_its_own_shape_with_status_and_retr
     assert_eq!(last["type"], "response.failed", "{}", r.body);
     assert_eq!(last["response"]["error"]["code"], "upstream_stream_error");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_aborts_a_slow_translated_stream_in_the_clients_format() {
+    let ev = |after_ms: u64, name: &str, data: Value| SseEvent {
+        after_ms,
+        event: Some(name.into()),
+        data: data.to_string(),
+    };
+    let anthropic_slow: Vec<SseEvent> = [
+        ev(0, "message_start", json!({"type":"message_start","message":{"id":"msg_s","type":"message","role":"assistant","model":"slow","content":[],"usage":{"input_tokens":1,"output_tokens":0}}})),
+        ev(0, "content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+        ev(0, "content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}})),
+    ]
+    .into_iter()
+    .chain((0..40).map(|_| ev(100, "ping", json!({"type":"ping"}))))
+    .chain([ev(0, "message_stop", json!({"type":"message_stop"}))])
+    .collect();
+    let chat_slow: Vec<SseEvent> = std::iter::once(SseEvent::text(0, "x"))
+        .chain((0..40).map(|_| SseEvent::heartbeat(100)))
+        .chain([SseEvent::done(0)])
+        .collect();
+    let up = upstream(
+        ScriptedUpstream::new()
+            .route(
+                "ant-slow",
+                Script::always(Behaviour::Stream { latency_ms: 0, events: anthropic_slow, reset_after: false }),
+            )
+            .route(
+                "chat-slow",
+                Script::always(Behaviour::Stream { latency_ms: 0, events: chat_slow, reset_after: false }),
+            ),
+    )
+    .await;
+    let text = format!(
+        "{BOTH}\n[resilience.throughput_watchdog]\nenabled = true\nwarmup_ms = 0\nwindow_ms = 1000\nmin_bytes_per_second = 4\n"
+    );
+    let gw = start(config(&text, &up), Persistence::Memory).await;
+    // An Anthropic stream that stalls, to a chat client: an error chunk, never [DONE].
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        &json!({"model": "ant/ant-slow", "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    let data = sse_data(&r.body);
+    let last: Value = serde_json::from_str(data.last().expect("events")).expect("json");
+    assert_eq!(last["error"]["code"], "STREAM_THROUGHPUT_TOO_LOW", "{}", r.body);
+    assert!(!data.iter().any(|d| d == "[DONE]"));
+    assert!(data.len() < 10, "aborted long before the 40 pings: {}", r.body);
+    // A chat stream that stalls, to an Anthropic client: an `error` event, never message_stop.
+    let r = post(&gw, "/v1/messages", &json!({"model": "oai/chat-slow", "max_tokens": 5, "stream": true, "messages": [{"role": "user", "content": "hi"}]})).await;
+    let last: Value = serde_json::from_str(sse_data(&r.body).last().expect("events")).expect("json");
+    assert_eq!(
+        (last["type"].as_str(), last["error"]["code"].as_str()),
+        (Some("error"), Some("STREAM_THROUGHPUT_TOO_LOW")),
+        "{}",
+        r.body
+    );
+    assert!(!r.body.contains("message_stop"));
+}
