@@ -12,27 +12,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BOTH: &str = r#"
-[[providers]]
-id = "oai"
-format = "openai"
-base_url = "{UP}"
-models = ["echo"]
-[[connections]]
-id = "oai-1"
-provider = "oai"
-api_key = "sk-oai"
-[[providers]]
-id = "ant"
-format = "anthropic"
-base_url = "{UP}"
-models = ["echo"]
-[[connections]]
-id = "ant-1"
-provider = "ant"
-api_key = "sk-ant"
-"#;
-
 struct Fixture {
     path: String,
     headers: Vec<(String, String)>,
@@ -62,7 +41,7 @@ async fn replay(gw: &Running, f: &Fixture, model: &str) -> Reply {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_codes_request_reaches_both_provider_formats() {
     let up = upstream(ScriptedUpstream::new().route("echo", Script::always(Behaviour::echo()))).await;
-    let gw = start(config(BOTH, &up), Persistence::Memory).await;
+    let gw = start(config(TWO_FORMATS, &up), Persistence::Memory).await;
     let f = fixture("claude-code-2.1.197.json");
     let beta = f.headers.iter().find(|(k, _)| k == "anthropic-beta").map(|(_, v)| v.clone()).expect("beta header");
 
@@ -105,7 +84,7 @@ async fn claude_codes_request_reaches_both_provider_formats() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codexs_request_reaches_both_provider_formats() {
     let up = upstream(ScriptedUpstream::new().route("echo", Script::always(Behaviour::echo()))).await;
-    let gw = start(config(BOTH, &up), Persistence::Memory).await;
+    let gw = start(config(TWO_FORMATS, &up), Persistence::Memory).await;
     let f = fixture("codex-0.171.0.json");
     for (model, path) in [("oai/echo", "/v1/chat/completions"), ("ant/echo", "/v1/messages")] {
         let r = replay(&gw, &f, model).await;
@@ -150,7 +129,7 @@ async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
         return;
     }
     let up = upstream(ScriptedUpstream::new().route("echo", Script::always(Behaviour::echo()))).await;
-    let gw = start(config(BOTH, &up), Persistence::Memory).await;
+    let gw = start(config(TWO_FORMATS, &up), Persistence::Memory).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = tokio::task::spawn_blocking({
         let d = dir.path().to_owned();

@@ -10,34 +10,6 @@ use proxy::Persistence;
 use scenarios::{Behaviour, Script, ScriptedUpstream, SseEvent};
 use serde_json::{Value, json};
 
-/// One upstream host serving both formats: `oai` speaks chat completions, `ant` messages.
-const BOTH: &str = r#"
-[[providers]]
-id = "oai"
-format = "openai"
-base_url = "{UP}"
-models = ["tools"]
-[[connections]]
-id = "oai-1"
-provider = "oai"
-api_key = "sk-oai"
-[[providers]]
-id = "ant"
-format = "anthropic"
-base_url = "{UP}"
-models = ["claude"]
-[[connections]]
-id = "ant-1"
-provider = "ant"
-api_key = "sk-ant"
-[[combos]]
-name = "mixed"
-targets = ["ant/failing", "oai/tools"]
-[[combos]]
-name = "mixed-back"
-targets = ["oai/failing", "ant/tools"]
-"#;
-
 async fn both() -> (Upstream, Running) {
     let overloaded =
         Behaviour::status(529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#);
@@ -47,7 +19,7 @@ async fn both() -> (Upstream, Running) {
             .route("failing", Script::always(overloaded)),
     )
     .await;
-    let gw = start(config(BOTH, &up), Persistence::Memory).await;
+    let gw = start(config(TWO_FORMATS, &up), Persistence::Memory).await;
     (up, gw)
 }
 
@@ -263,7 +235,7 @@ async fn a_combo_falls_back_across_formats_in_both_directions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_same_format_hop_keeps_the_clients_bytes_and_api_headers() {
     let up = upstream(ScriptedUpstream::new().route("*", Script::always(Behaviour::echo()))).await;
-    let gw = start(config(BOTH, &up), Persistence::Memory).await;
+    let gw = start(config(TWO_FORMATS, &up), Persistence::Memory).await;
     // Key order, number spelling and fields Ferroute does not know survive; only the model
     // changes.
     let raw = r#"{"zeta":1.50,"model":"ant/claude","max_tokens":16,"context_management":{"edits":[]},"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}"#;
@@ -339,7 +311,7 @@ async fn upstream_errors_reach_each_client_in_its_own_shape_with_status_and_retr
             .route("broken", Script::always(broken)),
     )
     .await;
-    let gw = start(config(BOTH, &up), Persistence::Memory).await;
+    let gw = start(config(TWO_FORMATS, &up), Persistence::Memory).await;
     // An Anthropic-format 429 to a chat client: OpenAI shape, status and Retry-After kept.
     let r = post(&gw, "/v1/chat/completions", &chat_body("ant/limited", false, false)).await;
     assert_eq!(r.status, 429, "{}", r.body);
@@ -400,7 +372,7 @@ async fn the_watchdog_aborts_a_slow_translated_stream_in_the_clients_format() {
     )
     .await;
     let text = format!(
-        "{BOTH}\n[resilience.throughput_watchdog]\nenabled = true\nwarmup_ms = 0\nwindow_ms = 1000\nmin_bytes_per_second = 4\n"
+        "{TWO_FORMATS}\n[resilience.throughput_watchdog]\nenabled = true\nwarmup_ms = 0\nwindow_ms = 1000\nmin_bytes_per_second = 4\n"
     );
     let gw = start(config(&text, &up), Persistence::Memory).await;
     // An Anthropic stream that stalls, to a chat client: an error chunk, never [DONE].

@@ -12,25 +12,9 @@ use scenarios::{Behaviour, Script, ScriptedUpstream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const CONFIG: &str = r#"
-[[providers]]
-id = "oai"
-format = "openai"
-base_url = "{UP}"
-models = ["tools"]
-[[connections]]
-id = "oai-1"
-provider = "oai"
-api_key = "sk-oai"
-[[providers]]
-id = "ant"
-format = "anthropic"
-base_url = "{UP}"
-models = ["tools"]
-[[connections]]
-id = "ant-1"
-provider = "ant"
-api_key = "sk-ant"
+/// Providers whose only model answers 429, one per format, so that the rate-limited
+/// connections are not the ones the other cases use.
+const LIMITED: &str = r#"
 [[providers]]
 id = "oai-lim"
 format = "openai"
@@ -49,12 +33,6 @@ models = ["limited"]
 id = "ant-lim-1"
 provider = "ant-lim"
 api_key = "sk-ant"
-[[combos]]
-name = "mixed"
-targets = ["ant/failing", "oai/tools"]
-[[combos]]
-name = "mixed-back"
-targets = ["oai/failing", "ant/tools"]
 "#;
 
 fn sdk_dir() -> PathBuf {
@@ -104,7 +82,7 @@ async fn the_official_python_sdks_work_for_every_client_and_provider_pairing() {
             .route("limited", Script::always(limited)),
     )
     .await;
-    let gw = start(config(CONFIG, &up), Persistence::Memory).await;
+    let gw = start(config(&format!("{TWO_FORMATS}{LIMITED}"), &up), Persistence::Memory).await;
     let base = format!("http://{}", gw.addr);
     let script = sdk_dir().join("clients.py");
     let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(base).output())

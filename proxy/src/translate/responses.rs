@@ -2,7 +2,9 @@
 //! may in turn go to an Anthropic-format provider), and chat answers become Response objects.
 //! Ferroute keeps no responses, so anything that refers to a stored one is refused.
 
+use super::wire::ChatUsage;
 use super::{Translated, Untranslatable, joined_text, str_of};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 /// Fields that carry over or are handled here; any other field is refused.
@@ -349,18 +351,25 @@ impl ResponseBuilder {
         Value::Object(o)
     }
 
-    /// Takes the model, usage and finish reason of a chat chunk or completion.
+    /// Takes the usage and finish reason of a whole chat completion.
     pub fn observe_chunk(&mut self, v: &Value) {
-        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-            let n = |p: &str| u.pointer(p).and_then(Value::as_u64).unwrap_or(0);
-            let (i, o) = (n("/prompt_tokens"), n("/completion_tokens"));
+        let usage = v.get("usage").and_then(|u| ChatUsage::deserialize(u).ok());
+        self.observe(usage, v.pointer("/choices/0/finish_reason").and_then(Value::as_str));
+    }
+
+    /// Takes the usage and finish reason a chat chunk reports.
+    pub fn observe(&mut self, usage: Option<ChatUsage>, finish: Option<&str>) {
+        if let Some(u) = usage {
+            let (i, o) = (u.prompt_tokens, u.completion_tokens);
             self.usage = Some(json!({
-                "input_tokens": i, "input_tokens_details": {"cached_tokens": n("/prompt_tokens_details/cached_tokens")},
-                "output_tokens": o, "output_tokens_details": {"reasoning_tokens": n("/completion_tokens_details/reasoning_tokens")},
+                "input_tokens": i,
+                "input_tokens_details": {"cached_tokens": u.prompt_tokens_details.map_or(0, |d| d.cached_tokens)},
+                "output_tokens": o,
+                "output_tokens_details": {"reasoning_tokens": u.completion_tokens_details.map_or(0, |d| d.reasoning_tokens)},
                 "total_tokens": i + o,
             }));
         }
-        if let Some(f) = v.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+        if let Some(f) = finish {
             self.finish = Some(f.to_owned());
         }
     }

@@ -308,6 +308,32 @@ impl Block {
     }
 }
 
+/// One event of a chat stream, as a translator reading chat sees it.
+enum ChatInput<'a> {
+    /// `[DONE]`.
+    Done,
+    /// An error object: (code, message).
+    Error(String, String),
+    /// A chunk.
+    Chunk(ChatCompletion<'a>),
+    /// Not JSON: skipped.
+    Skip,
+}
+
+fn read_chat(payload: &str) -> ChatInput<'_> {
+    if payload.trim() == "[DONE]" {
+        return ChatInput::Done;
+    }
+    let Ok(v) = serde_json::from_str::<ChatCompletion<'_>>(payload) else { return ChatInput::Skip };
+    match v.error.as_ref().filter(|e| !e.is_null()) {
+        Some(e) => ChatInput::Error(
+            str_of(e, "code").unwrap_or("upstream_stream_error").to_owned(),
+            str_of(e, "message").unwrap_or("the upstream stream failed").to_owned(),
+        ),
+        None => ChatInput::Chunk(v),
+    }
+}
+
 /// OpenAI chat chunks → Anthropic Messages events.
 pub struct ChatToMessages {
     started: bool,
@@ -414,17 +440,12 @@ impl Translate for ChatToMessages {
         if self.done {
             return;
         }
-        if payload.trim() == "[DONE]" {
-            self.close(out);
-            return;
-        }
-        let Ok(v) = serde_json::from_str::<ChatCompletion<'_>>(payload) else { return };
-        if let Some(e) = v.error.as_ref().filter(|e| !e.is_null()) {
-            let message = str_of(e, "message").unwrap_or("the upstream stream failed");
-            let code = str_of(e, "code").unwrap_or("upstream_stream_error");
-            self.error(code, message, out);
-            return;
-        }
+        let v = match read_chat(payload) {
+            ChatInput::Done => return self.close(out),
+            ChatInput::Error(code, message) => return self.error(&code, &message, out),
+            ChatInput::Skip => return,
+            ChatInput::Chunk(v) => v,
+        };
         self.start(v.id.as_deref().unwrap_or("ferroute"), v.model.as_deref().unwrap_or(""), out);
         if v.usage.is_some() {
             self.usage = v.usage;
@@ -530,6 +551,33 @@ impl ChatToResponses {
         }
     }
 
+    /// Text for the open message item (opened on the first text).
+    fn text_delta(&mut self, t: &str, out: &mut Vec<Event>) {
+        let i = match self.text {
+            Some(i) => i,
+            None => {
+                let i = self.builder.open_message();
+                self.text = Some(i);
+                let item = self.builder.item(i);
+                let id = item["id"].clone();
+                self.emit("response.output_item.added", json!({"output_index": i, "item": item}), out);
+                let part = json!({"type": "output_text", "text": "", "annotations": []});
+                self.emit(
+                    "response.content_part.added",
+                    json!({"item_id": id, "output_index": i, "content_index": 0, "part": part}),
+                    out,
+                );
+                i
+            }
+        };
+        let id = self.builder.append_text(i, t);
+        self.emit(
+            "response.output_text.delta",
+            json!({"item_id": id, "output_index": i, "content_index": 0, "delta": t, "logprobs": []}),
+            out,
+        );
+    }
+
     fn close(&mut self, out: &mut Vec<Event>) {
         if self.done {
             return;
@@ -549,70 +597,40 @@ impl Translate for ChatToResponses {
         if self.done {
             return;
         }
-        if payload.trim() == "[DONE]" {
-            self.close(out);
-            return;
-        }
-        let Ok(v) = serde_json::from_str::<Value>(payload) else { return };
-        if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
-            let message = str_of(e, "message").unwrap_or("the upstream stream failed").to_owned();
-            let code = str_of(e, "code").unwrap_or("upstream_stream_error").to_owned();
-            self.error(&code, &message, out);
-            return;
-        }
-        self.builder.observe_chunk(&v);
+        let v = match read_chat(payload) {
+            ChatInput::Done => return self.close(out),
+            ChatInput::Error(code, message) => return self.error(&code, &message, out),
+            ChatInput::Skip => return,
+            ChatInput::Chunk(v) => v,
+        };
+        let choice = v.choices.first();
+        self.builder.observe(v.usage, choice.and_then(|c| c.finish_reason.as_deref()));
         self.start(out);
-        let Some(choice) = v.pointer("/choices/0") else { return };
-        let delta = choice.get("delta").unwrap_or(&Value::Null);
-        if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
-            let i = match self.text {
-                Some(i) => i,
+        let Some(delta) = choice.and_then(|c| c.delta.as_ref()) else { return };
+        if let Some(t) = delta.content.as_deref().filter(|t| !t.is_empty()) {
+            self.text_delta(t, out);
+        }
+        for c in delta.tool_calls.iter().flatten() {
+            let f = c.function.as_ref();
+            let i = match self.tools.get(&c.index) {
+                Some(i) => *i,
                 None => {
-                    let i = self.builder.open_message();
-                    self.text = Some(i);
+                    self.close_text(out);
+                    let name = f.and_then(|f| f.name.as_deref()).unwrap_or("");
+                    let i = self.builder.open_call(c.id.as_deref().unwrap_or(""), name);
+                    self.tools.insert(c.index, i);
                     let item = self.builder.item(i);
-                    let id = item["id"].clone();
                     self.emit("response.output_item.added", json!({"output_index": i, "item": item}), out);
-                    self.emit(
-                        "response.content_part.added",
-                        json!({"item_id": id, "output_index": i, "content_index": 0,
-                            "part": {"type": "output_text", "text": "", "annotations": []}}),
-                        out,
-                    );
                     i
                 }
             };
-            let id = self.builder.append_text(i, t);
-            self.emit(
-                "response.output_text.delta",
-                json!({"item_id": id, "output_index": i, "content_index": 0, "delta": t, "logprobs": []}),
-                out,
-            );
-        }
-        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-            for c in calls {
-                let k = c.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let i = match self.tools.get(&k) {
-                    Some(i) => *i,
-                    None => {
-                        self.close_text(out);
-                        let call_id = str_of(c, "id").unwrap_or("").to_owned();
-                        let name = c.pointer("/function/name").and_then(Value::as_str).unwrap_or("").to_owned();
-                        let i = self.builder.open_call(&call_id, &name);
-                        self.tools.insert(k, i);
-                        let item = self.builder.item(i);
-                        self.emit("response.output_item.added", json!({"output_index": i, "item": item}), out);
-                        i
-                    }
-                };
-                if let Some(a) = c.pointer("/function/arguments").and_then(Value::as_str).filter(|a| !a.is_empty()) {
-                    let id = self.builder.append_arguments(i, a);
-                    self.emit(
-                        "response.function_call_arguments.delta",
-                        json!({"item_id": id, "output_index": i, "delta": a}),
-                        out,
-                    );
-                }
+            if let Some(a) = f.and_then(|f| f.arguments.as_deref()).filter(|a| !a.is_empty()) {
+                let id = self.builder.append_arguments(i, a);
+                self.emit(
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": id, "output_index": i, "delta": a}),
+                    out,
+                );
             }
         }
     }

@@ -183,6 +183,17 @@ pub struct ChatUsage {
     /// Details of the prompt tokens.
     #[serde(default)]
     pub prompt_tokens_details: Option<PromptDetails>,
+    /// Details of the completion tokens.
+    #[serde(default)]
+    pub completion_tokens_details: Option<CompletionDetails>,
+}
+
+/// Reasoning tokens among the completion tokens.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub struct CompletionDetails {
+    /// Reasoning tokens.
+    #[serde(default)]
+    pub reasoning_tokens: u64,
 }
 
 /// Cached prompt tokens.

@@ -16,6 +16,36 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
+/// Two providers on one upstream host, one per wire format (`oai` speaks chat completions,
+/// `ant` Anthropic messages), and two combos that fall back across them: `mixed` tries
+/// `ant/failing` then `oai/tools`, `mixed-back` tries `oai/failing` then `ant/tools`.
+pub const TWO_FORMATS: &str = r#"
+[[providers]]
+id = "oai"
+format = "openai"
+base_url = "{UP}"
+models = ["tools", "echo"]
+[[connections]]
+id = "oai-1"
+provider = "oai"
+api_key = "sk-oai"
+[[providers]]
+id = "ant"
+format = "anthropic"
+base_url = "{UP}"
+models = ["tools", "echo"]
+[[connections]]
+id = "ant-1"
+provider = "ant"
+api_key = "sk-ant"
+[[combos]]
+name = "mixed"
+targets = ["ant/failing", "oai/tools"]
+[[combos]]
+name = "mixed-back"
+targets = ["oai/failing", "ant/tools"]
+"#;
+
 /// A running scripted upstream.
 pub struct Upstream {
     pub addr: SocketAddr,
