@@ -21,6 +21,23 @@ pub fn wire(api: ClientApi) -> Format {
     }
 }
 
+/// A client API's name in metrics and logs.
+pub fn api_name(api: ClientApi) -> &'static str {
+    match api {
+        ClientApi::Chat => "chat",
+        ClientApi::Messages => "messages",
+        ClientApi::Responses => "responses",
+    }
+}
+
+/// A provider format's name in metrics and logs.
+pub fn format_name(format: Format) -> &'static str {
+    match format {
+        Format::Openai => "openai",
+        Format::Anthropic => "anthropic",
+    }
+}
+
 /// The error shape a client API expects.
 pub fn error_shape(api: ClientApi) -> ErrorShape {
     match api {

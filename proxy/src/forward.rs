@@ -550,6 +550,9 @@ async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             return Step::Fail(e, conn_id);
         }
     };
+    if inbound.api == ClientApi::Responses || exchange::wire(inbound.api) != provider.format {
+        gw.metrics.translation(exchange::api_name(inbound.api), exchange::format_name(provider.format));
+    }
     let started = gw.clock.now();
     gw.observe(started, crate::gateway::Observed::Dispatch { provider: &provider.id, connection: &connection.id });
     let start_timeout = provider.start_timeout_ms.map(Duration::from_millis);

@@ -1,5 +1,5 @@
 //! Prometheus metrics: requests by status and provider, upstream latency, breaker states,
-//! connection cooldowns, queue depths, and stream finalisations.
+//! connection cooldowns, queue depths, stream finalisations, and translations between APIs.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -18,6 +18,7 @@ pub struct Metrics {
     breaker_state: Family<Labels, Gauge>,
     connection_cooling: Family<Labels, Gauge>,
     queue_depth: Family<Labels, Gauge>,
+    translations: Family<Labels, Counter>,
     /// Stream finalisations (each stream finalises exactly once).
     pub stream_finalizations: Counter,
     /// Streams started.
@@ -38,6 +39,7 @@ impl Metrics {
         let breaker_state = Family::<Labels, Gauge>::default();
         let connection_cooling = Family::<Labels, Gauge>::default();
         let queue_depth = Family::<Labels, Gauge>::default();
+        let translations = Family::<Labels, Counter>::default();
         let stream_finalizations = Counter::default();
         let streams_started = Counter::default();
         registry.register("requests", "Client requests by final status and provider", requests.clone());
@@ -59,6 +61,11 @@ impl Metrics {
             stream_finalizations.clone(),
         );
         registry.register("streams_started", "Streams started", streams_started.clone());
+        registry.register(
+            "translations",
+            "Upstream attempts whose request was translated, by client API and provider format",
+            translations.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -66,9 +73,17 @@ impl Metrics {
             breaker_state,
             connection_cooling,
             queue_depth,
+            translations,
             stream_finalizations,
             streams_started,
         }
+    }
+
+    /// Counts one attempt sent to a provider of another format than the client's API.
+    pub fn translation(&self, api: &str, format: &str) {
+        self.translations
+            .get_or_create(&vec![("api".into(), api.to_owned()), ("format".into(), format.to_owned())])
+            .inc();
     }
 
     /// Counts one client response.

@@ -230,6 +230,9 @@ async fn a_combo_falls_back_across_formats_in_both_directions() {
     assert_eq!(r.header("x-ferroute-selected-connection-id"), Some("ant-1"));
     assert_eq!(read_chat(&r).1[0].0, "get_weather");
     assert!(up.script.calls("failing") >= 2, "both failing targets were tried first");
+    let metrics = send("GET", &gw.url("/metrics"), &[], "").await.body;
+    assert!(metrics.contains(r#"ferroute_translations_total{api="messages",format="openai"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"ferroute_translations_total{api="chat",format="anthropic"} 2"#), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
