@@ -1,8 +1,8 @@
 //! Health, admin and model-listing endpoints (M17).
 
+use crate::body::read_json;
 use crate::clock::{ms, rfc3339};
 use crate::errors::{Body, ProxyError, Source, json_response};
-use crate::forward::read_json;
 use crate::gateway::Gateway;
 use ferroute_core::breaker::BreakerState;
 use ferroute_core::types::ConnectionStatus;

@@ -3,7 +3,8 @@
 
 use crate::config::Format;
 use crate::errors::ErrorShape;
-use crate::translate::stream::{Chain, ChatToMessages, ChatToResponses, MessagesToChat, Translate};
+use crate::translate::responses_stream::ChatToResponses;
+use crate::translate::stream::{Chain, ChatToMessages, MessagesToChat, Translate};
 use crate::translate::{ClientApi, Translated, Untranslatable, chat_messages, messages_chat, passthrough};
 use crate::translate::{responses, responses::ResponseBuilder};
 use bytes::Bytes;

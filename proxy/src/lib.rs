@@ -4,7 +4,9 @@
 //! deterministic simulation runs this same service over simulated sockets.
 
 pub mod admin;
+pub mod attempt;
 pub mod auth;
+pub mod body;
 pub mod clock;
 pub mod config;
 pub mod demo;
@@ -17,6 +19,7 @@ pub mod serve;
 pub mod store;
 pub mod stream;
 pub mod translate;
+pub mod upstream;
 
 use crate::clock::Clock;
 use crate::config::Config;

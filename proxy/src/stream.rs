@@ -1,8 +1,8 @@
 //! SSE relay: chunks go to the client as they arrive (never buffered whole), the M10
 //! watchdog watches the live stream, and finalisation happens exactly once.
 
+use crate::attempt::{Attempt, SELECTED};
 use crate::errors::Body;
-use crate::forward::{Attempt, SELECTED};
 use crate::gateway::Slot;
 use crate::translate::ClientApi;
 use crate::translate::stream::{Event, Translate, write};

@@ -12,6 +12,7 @@ pub mod chat_messages;
 pub mod messages_chat;
 pub mod passthrough;
 pub mod responses;
+pub mod responses_stream;
 pub mod stream;
 pub mod wire;
 

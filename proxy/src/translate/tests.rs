@@ -1,7 +1,8 @@
 //! Translation tests: the providers' documented wire shapes as fixtures, and properties that a
 //! request or a stream translated there and back keeps its meaning.
 
-use super::stream::{ChatToMessages, ChatToResponses, Event, MessagesToChat, Translate};
+use super::responses_stream::ChatToResponses;
+use super::stream::{ChatToMessages, Event, MessagesToChat, Translate};
 use super::{chat_messages, messages_chat, responses};
 use proptest::prelude::*;
 use serde_json::{Value, json};

@@ -1,0 +1,61 @@
+//! One upstream attempt's resilience bookkeeping: the breaker ticket and the outcome, recorded
+//! exactly once (a dropped attempt records a neutral outcome), and the headers that name what
+//! served a request.
+
+use crate::gateway::{Gateway, Target};
+use ferroute_core::breaker::Ticket;
+use ferroute_core::classify::Decision;
+use ferroute_core::engine::AttemptOutcome;
+use hyper_util::client::legacy::connect::Connect;
+use std::sync::Arc;
+
+/// Header naming the connection that served (or last failed) a request.
+pub const SELECTED: &str = "x-ferroute-selected-connection-id";
+/// Header naming request fields a translation dropped as advisory.
+pub const DROPPED: &str = "x-ferroute-translation-dropped";
+/// One attempt's resilience bookkeeping; if dropped before an outcome is recorded (the client
+/// went away mid-attempt), it records a neutral outcome so the breaker's probe slot returns.
+pub struct Attempt<C: Connect + Clone + Send + Sync + 'static> {
+    /// The gateway.
+    pub gw: Arc<Gateway<C>>,
+    /// The target.
+    pub target: Target,
+    /// The breaker ticket, until recorded.
+    pub ticket: Option<Ticket>,
+    /// Whether the next combo target is on the same provider.
+    pub same_provider_next: bool,
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
+    /// Records the outcome (once).
+    pub fn record(&mut self, outcome: AttemptOutcome<'_>) -> Option<Decision> {
+        let ticket = self.ticket.take()?;
+        let gw = &self.gw;
+        let (provider, connection) = gw.parts(&self.target);
+        let cand = gw.candidate(&self.target);
+        let now = gw.clock.now();
+        let wall = gw.clock.wall_ms(now);
+        let d = gw.with_engine(|e| {
+            e.record(
+                now,
+                &cand,
+                provider.profile(),
+                ticket,
+                outcome,
+                self.same_provider_next,
+                connection.disable_cooling,
+                Some(wall),
+            )
+        });
+        gw.settle();
+        d
+    }
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> Drop for Attempt<C> {
+    fn drop(&mut self) {
+        if self.ticket.is_some() {
+            self.record(AttemptOutcome::Neutral);
+        }
+    }
+}

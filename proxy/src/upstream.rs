@@ -1,0 +1,302 @@
+//! One attempt at one target: wait for the queue slots, re-check, send the request in the
+//! provider's format, and turn what came back into the client's answer, a fallback, or a
+//! final error.
+
+use crate::attempt::{Attempt, DROPPED, SELECTED};
+use crate::config::Format;
+use crate::errors::{Body, ProxyError, Source, full, upstream_message};
+use crate::exchange::{self, Inbound, Prepared};
+use crate::gateway::{Gateway, Slot, Target, seconds_since};
+use crate::stream::{Finalizer, Relay, relay};
+use crate::translate::ClientApi;
+use bytes::Bytes;
+use ferroute_core::admission::{FailMode, QueueLimits};
+use ferroute_core::classify::Decision;
+use ferroute_core::engine::AttemptOutcome;
+use http::{HeaderValue, Request, Response};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::Connect;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest upstream error body read.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Largest non-streamed upstream success body read.
+const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
+
+/// The last failure seen in a request.
+pub(crate) struct Failure {
+    pub(crate) decision: Decision,
+    pub(crate) message: String,
+    pub(crate) connection: String,
+    pub(crate) provider: String,
+}
+
+pub(crate) fn failure_error(f: Failure) -> ProxyError {
+    let d = &f.decision;
+    let code = if d.upstream_status == 0 { "upstream_unreachable".to_owned() } else { d.reason.as_str().to_owned() };
+    let mut e = ProxyError::new(Source::Upstream, d.status, code, f.message)
+        .retry_after(d.client_retry_after)
+        .with("provider", f.provider.into())
+        .header(SELECTED, f.connection);
+    if let Some(rule) = d.restated_by {
+        e = e.with("upstream_status", d.upstream_status.into()).with("restated_by", rule.into());
+    }
+    e
+}
+
+pub(crate) enum Step {
+    Done(Response<Body>),
+    /// Became ineligible while waiting for a slot: choose again.
+    Excluded(String),
+    Fallback(Failure),
+    Fail(ProxyError, String),
+}
+
+fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    t: &Target,
+    prep: &mut Prepared,
+) -> Result<Request<Full<Bytes>>, ProxyError> {
+    let (provider, connection) = gw.parts(t);
+    let body =
+        prep.body_for(&t.model).map_err(|e| ProxyError::new(Source::Internal, 500, "internal", e.to_string()))?;
+    let path = match provider.format {
+        Format::Openai => "/chat/completions",
+        Format::Anthropic => "/messages",
+    };
+    let url = match &prep.query {
+        Some(q) => format!("{}{path}?{q}", gw.base_urls[t.provider]),
+        None => format!("{}{path}", gw.base_urls[t.provider]),
+    };
+    let mut b = Request::post(url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json, text/event-stream");
+    if let Some(key) = connection.api_key.as_deref() {
+        b = match provider.format {
+            Format::Openai => b.header(http::header::AUTHORIZATION, format!("Bearer {key}")),
+            Format::Anthropic => b.header("x-api-key", key),
+        };
+    }
+    for (name, value) in &prep.headers {
+        b = b.header(*name, value.as_str());
+    }
+    b.body(Full::new(Bytes::from(body))).map_err(|e| {
+        ProxyError::new(
+            Source::Internal,
+            500,
+            "bad_upstream_request",
+            format!("could not build the upstream request for {}: {e}", provider.id),
+        )
+    })
+}
+
+pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
+    mut attempt: Attempt<C>,
+    inbound: &Inbound,
+    prep: &mut Prepared,
+) -> Step {
+    let gw = Arc::clone(&attempt.gw);
+    let target = attempt.target.clone();
+    let (provider, connection) = gw.parts(&target);
+    let conn_id = connection.id.clone();
+    // M9: the request queue of provider + connection.
+    let limits = QueueLimits::resolve(
+        &gw.config.resilience.request_queue,
+        None,
+        connection.request_queue.as_ref(),
+        provider.start_timeout_ms.map(Duration::from_millis),
+    );
+    let queue_key = format!("{}:{}", provider.id, connection.id);
+    let queue_slot = match gw.admit(&queue_key, limits, FailMode::Closed).await {
+        Ok(s) => s,
+        Err(r) => {
+            attempt.record(AttemptOutcome::Neutral);
+            let e = ProxyError::new(Source::Internal, r.code.status(), r.code.as_str(), r.message)
+                .with("provider", provider.id.clone().into());
+            return Step::Fail(e, conn_id);
+        }
+    };
+    // M7: the connection's max_concurrent semaphore; fail-open.
+    let share_slot = match (connection.max_concurrent, gw.config.resilience.quota_share.enabled) {
+        (Some(max), true) => {
+            let qs = &gw.config.resilience.quota_share;
+            let limits = QueueLimits {
+                max_wait: Duration::from_millis(qs.queue_timeout_ms.max(1) as u64),
+                execution_max_wait: limits.execution_max_wait,
+                max_queue_depth: qs.max_queue_size.max(0) as usize,
+                concurrent: max as usize,
+            };
+            gw.admit(&format!("share:{}", connection.id), limits, FailMode::Open).await.ok()
+        }
+        _ => None,
+    };
+    // The wait for a slot may have outlasted the breaker or the connection: re-check before
+    // sending, so that nothing reaches a provider whose breaker opened meanwhile.
+    let now = gw.clock.now();
+    let cand = gw.candidate(&target);
+    let ticket = attempt.ticket;
+    if let Some((reason, _)) = ticket.and_then(|t| gw.with_engine(|e| e.recheck(now, &cand, t))) {
+        tracing::debug!(provider = %provider.id, connection = %connection.id, reason = reason.as_str(), "excluded while queued");
+        attempt.record(AttemptOutcome::Neutral);
+        return Step::Excluded(conn_id);
+    }
+    let req = match upstream_request(&gw, &target, prep) {
+        Ok(r) => r,
+        Err(e) => {
+            attempt.record(AttemptOutcome::Neutral);
+            return Step::Fail(e, conn_id);
+        }
+    };
+    if inbound.api == ClientApi::Responses || exchange::wire(inbound.api) != provider.format {
+        gw.metrics.translation(exchange::api_name(inbound.api), exchange::format_name(provider.format));
+    }
+    let started = gw.clock.now();
+    gw.observe(started, crate::gateway::Observed::Dispatch { provider: &provider.id, connection: &connection.id });
+    let start_timeout = provider.start_timeout_ms.map(Duration::from_millis);
+    let budget = match start_timeout {
+        Some(s) => s.min(limits.execution_max_wait),
+        None => limits.execution_max_wait,
+    };
+    let result = tokio::time::timeout(budget, gw.client.request(req)).await;
+    gw.metrics.upstream_latency(&provider.id, seconds_since(started, gw.clock.now()));
+    let resp = match result {
+        Err(_) if start_timeout.is_some_and(|s| s <= limits.execution_max_wait) => {
+            // The provider's own start timeout: a provider-level failure.
+            return transport_failure(
+                &mut attempt,
+                format!("{} sent no response headers within {} ms", provider.id, budget.as_millis()),
+            );
+        }
+        Err(_) => {
+            attempt.record(AttemptOutcome::Neutral);
+            let e = ProxyError::new(
+                Source::Internal,
+                504,
+                "RATE_LIMIT_EXECUTION_TIMEOUT",
+                format!(
+                    "the upstream attempt exceeded execution_max_wait_ms ({} ms)",
+                    limits.execution_max_wait.as_millis()
+                ),
+            )
+            .with("provider", provider.id.clone().into());
+            return Step::Fail(e, conn_id);
+        }
+        Ok(Err(e)) => return transport_failure(&mut attempt, format!("{} is unreachable: {e}", provider.id)),
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status();
+    if status.is_success() {
+        let is_sse = resp
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if inbound.stream && is_sse {
+            gw.metrics.request(status.as_u16(), &provider.id);
+            let fin = Finalizer::new(
+                attempt,
+                vec![Some(queue_slot), share_slot].into_iter().flatten().collect::<Vec<Slot<C>>>(),
+            );
+            let relay_to = Relay {
+                api: inbound.api,
+                translator: exchange::translator(inbound, provider.format),
+                connection: conn_id,
+                idle_budget: limits.execution_max_wait,
+            };
+            let mut out = relay(fin, resp, relay_to);
+            dropped_header(&mut out, &prep.dropped);
+            return Step::Done(out);
+        }
+        let (parts, body) = resp.into_parts();
+        let remaining = limits.execution_max_wait.saturating_sub(gw.clock.now().saturating_duration_since(started));
+        let bytes = match tokio::time::timeout(remaining, Limited::new(body, MAX_RESPONSE_BODY).collect()).await {
+            Ok(Ok(c)) => c.to_bytes(),
+            Ok(Err(e)) => {
+                return transport_failure(&mut attempt, format!("{} broke off its response: {e}", provider.id));
+            }
+            Err(_) => {
+                attempt.record(AttemptOutcome::Neutral);
+                return Step::Fail(
+                    ProxyError::new(
+                        Source::Internal,
+                        504,
+                        "RATE_LIMIT_EXECUTION_TIMEOUT",
+                        "the upstream response body did not finish within execution_max_wait_ms",
+                    ),
+                    conn_id,
+                );
+            }
+        };
+        let bytes = match exchange::answer(inbound, provider.format, bytes) {
+            Ok(b) => b,
+            // A 200 whose body is not what the provider's format promises is the provider's
+            // failure, like a broken-off body.
+            Err(e) => return transport_failure(&mut attempt, format!("{} answered 200 but {e}", provider.id)),
+        };
+        attempt.record(AttemptOutcome::Success);
+        drop((queue_slot, share_slot));
+        gw.metrics.request(status.as_u16(), &provider.id);
+        let mut out = Response::new(full(bytes));
+        *out.status_mut() = parts.status;
+        let same = exchange::wire(inbound.api) == provider.format && inbound.responses.is_none();
+        match parts.headers.get(http::header::CONTENT_TYPE) {
+            Some(ct) if same => {
+                out.headers_mut().insert(http::header::CONTENT_TYPE, ct.clone());
+            }
+            _ => {
+                out.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            }
+        }
+        if let Ok(v) = HeaderValue::from_str(&conn_id) {
+            out.headers_mut().insert(SELECTED, v);
+        }
+        dropped_header(&mut out, &prep.dropped);
+        return Step::Done(out);
+    }
+    // An upstream error: read a bounded body, classify, record.
+    let (parts, body) = resp.into_parts();
+    let text = match tokio::time::timeout(Duration::from_secs(30), Limited::new(body, MAX_ERROR_BODY).collect()).await {
+        Ok(Ok(c)) => String::from_utf8_lossy(&c.to_bytes()).into_owned(),
+        _ => String::new(),
+    };
+    let headers: Vec<(&str, &str)> =
+        parts.headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))).collect();
+    let Some(decision) =
+        attempt.record(AttemptOutcome::Upstream { status: status.as_u16(), headers: &headers, body: &text })
+    else {
+        return Step::Fail(
+            ProxyError::new(Source::Internal, 500, "internal", "the outcome was recorded twice"),
+            conn_id,
+        );
+    };
+    let failure = Failure {
+        message: upstream_message(&text),
+        decision,
+        connection: conn_id.clone(),
+        provider: provider.id.clone(),
+    };
+    if failure.decision.should_fallback { Step::Fallback(failure) } else { Step::Fail(failure_error(failure), conn_id) }
+}
+
+/// Names the advisory fields a translation left behind.
+fn dropped_header(resp: &mut Response<Body>, dropped: &[String]) {
+    if dropped.is_empty() {
+        return;
+    }
+    if let Ok(v) = HeaderValue::from_str(&dropped.join(", ")) {
+        resp.headers_mut().insert(DROPPED, v);
+    }
+}
+
+fn transport_failure<C: Connect + Clone + Send + Sync + 'static>(attempt: &mut Attempt<C>, message: String) -> Step {
+    let provider = attempt.gw.parts(&attempt.target).0.id.clone();
+    let connection = attempt.gw.parts(&attempt.target).1.id.clone();
+    tracing::warn!(%provider, %connection, %message, "upstream transport failure");
+    match attempt.record(AttemptOutcome::Transport) {
+        Some(decision) => Step::Fallback(Failure { decision, message, connection, provider }),
+        None => {
+            Step::Fail(ProxyError::new(Source::Internal, 500, "internal", "the outcome was recorded twice"), connection)
+        }
+    }
+}
