@@ -29,6 +29,9 @@ pub enum StreamEnd {
     /// The upstream sent nothing for the whole execution budget (M9's safety net; like the
     /// other local limits it counts against nothing).
     Silent,
+    /// One upstream event outgrew what a translated stream holds (a local limit: counts
+    /// against nothing).
+    TooLarge,
 }
 
 /// Usage accounting and permit release for one stream, exactly once: by `finish`, or by
@@ -61,7 +64,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Finalizer<C> {
             StreamEnd::Completed => AttemptOutcome::Success,
             StreamEnd::UpstreamBroke => AttemptOutcome::Transport,
             StreamEnd::TooSlow => AttemptOutcome::TooSlow,
-            StreamEnd::ClientGone | StreamEnd::Silent => AttemptOutcome::Neutral,
+            StreamEnd::ClientGone | StreamEnd::Silent | StreamEnd::TooLarge => AttemptOutcome::Neutral,
         };
         self.attempt.record(outcome);
         self.slots.clear();
@@ -82,6 +85,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Drop for Finalizer<C> {
 #[derive(Default)]
 pub struct SseSplitter {
     buf: Vec<u8>,
+    overflowed: bool,
 }
 
 /// A pending event larger than this is dropped from the watchdog's view (the bytes still
@@ -114,8 +118,16 @@ impl SseSplitter {
         }
         if self.buf.len() > MAX_PENDING {
             self.buf.clear();
+            self.overflowed = true;
         }
         out
+    }
+}
+
+impl SseSplitter {
+    /// Whether an event outgrew the pending limit and was dropped from this view.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
     }
 }
 
@@ -268,6 +280,15 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
                 {
                     break StreamEnd::ClientGone;
                 }
+                // Passed through, an oversized event still reaches the client byte for byte;
+                // translated, it would be lost: end the stream saying so instead.
+                if down.translator.is_some() && splitter.overflowed() {
+                    let msg = format!("an upstream event exceeded {MAX_PENDING} bytes and cannot be translated");
+                    if let Some(b) = down.error("upstream_event_too_large", &msg) {
+                        let _ = tx.send_data(b).await;
+                    }
+                    break StreamEnd::TooLarge;
+                }
                 if abort {
                     if let Some(b) =
                         down.error(STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted")
@@ -285,6 +306,13 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_past_the_pending_limit_is_reported() {
+        let mut s = SseSplitter::default();
+        assert!(s.push(&vec![b'x'; MAX_PENDING + 1]).is_empty());
+        assert!(s.overflowed());
+    }
 
     #[test]
     fn splits_events_across_chunks() {

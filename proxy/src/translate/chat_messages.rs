@@ -328,6 +328,7 @@ fn user_blocks(content: Option<&Value>, i: usize) -> Result<Vec<Value>, Untransl
                         let url = p.pointer("/image_url/url").and_then(Value::as_str).unwrap_or("");
                         blocks.push(image_block(url, &format!("messages[{i}].content[{j}]"))?);
                     }
+                    Some("file") => blocks.push(document_block(p, &format!("messages[{i}].content[{j}]"))?),
                     other => {
                         return Err(Untranslatable::new(
                             format!("messages[{i}].content[{j}].type={}", other.unwrap_or("unknown")),
@@ -357,6 +358,30 @@ pub fn image_block(url: &str, field: &str) -> Result<Value, Untranslatable> {
         return Ok(json!({"type": "image", "source": {"type": "url", "url": url}}));
     }
     Err(Untranslatable::new(field, "an image must be a data: or http(s) URL"))
+}
+
+/// A PDF file part (`file.file_data` as a base64 data URL) as an Anthropic document block.
+fn document_block(part: &Value, field: &str) -> Result<Value, Untranslatable> {
+    let file = part.get("file").unwrap_or(&Value::Null);
+    if file.get("file_id").is_some() {
+        return Err(Untranslatable::new(
+            format!("{field}.file.file_id"),
+            "Ferroute has no file store; send the file as file_data",
+        ));
+    }
+    let data = str_of(file, "file_data").unwrap_or("");
+    let Some(pdf) = data.strip_prefix("data:application/pdf;base64,") else {
+        return Err(Untranslatable::new(
+            format!("{field}.file.file_data"),
+            "Anthropic takes files as base64 PDF data URLs",
+        ));
+    };
+    let mut block =
+        json!({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}});
+    if let Some(name) = str_of(file, "filename") {
+        block["title"] = name.into();
+    }
+    Ok(block)
 }
 
 fn assistant_blocks(m: &Value, i: usize) -> Result<Vec<Value>, Untranslatable> {

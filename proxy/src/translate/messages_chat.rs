@@ -236,6 +236,7 @@ fn turn(m: &Value, i: usize, out: &mut Vec<Value>, t: &mut Translated) -> Result
         match str_of(b, "type") {
             Some("text") => parts.push(json!({"type": "text", "text": str_of(b, "text").unwrap_or("")})),
             Some("image") if role == "user" => parts.push(image_part(b, &field)?),
+            Some("document") if role == "user" => parts.push(document_part(b, &field)?),
             Some("tool_use") if role == "assistant" => calls.push(json!({
                 "id": str_of(b, "id").unwrap_or(""),
                 "type": "function",
@@ -279,6 +280,27 @@ fn turn(m: &Value, i: usize, out: &mut Vec<Value>, t: &mut Translated) -> Result
         out.push(json!({"role": "user", "content": content}));
     }
     Ok(())
+}
+
+/// A document block as a chat part: a base64 PDF as a file part, plain text as text.
+fn document_part(b: &Value, field: &str) -> Result<Value, Untranslatable> {
+    let src = b.get("source").unwrap_or(&Value::Null);
+    match (str_of(src, "type"), str_of(src, "media_type")) {
+        (Some("base64"), Some("application/pdf")) => {
+            let data = format!("data:application/pdf;base64,{}", str_of(src, "data").unwrap_or(""));
+            let name = str_of(b, "title").unwrap_or("document.pdf");
+            Ok(json!({"type": "file", "file": {"filename": name, "file_data": data}}))
+        }
+        (Some("text"), _) => Ok(json!({"type": "text", "text": str_of(src, "data").unwrap_or("")})),
+        (kind, media) => Err(Untranslatable::new(
+            format!("{field}.source"),
+            format!(
+                "a chat provider takes documents as base64 PDF or text, not {} {}",
+                kind.unwrap_or("unknown"),
+                media.unwrap_or("")
+            ),
+        )),
+    }
 }
 
 fn image_part(b: &Value, field: &str) -> Result<Value, Untranslatable> {

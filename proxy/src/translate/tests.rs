@@ -253,6 +253,29 @@ fn a_chat_request_becomes_a_messages_request() {
 }
 
 #[test]
+fn pdf_documents_cross_both_ways() {
+    let chat = json!({"model": "x", "max_tokens": 4096, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "summarise"},
+        {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"}}]}]});
+    let msg = chat_messages::request(&chat).expect("translates").body;
+    assert_eq!(
+        msg["messages"][0]["content"][1],
+        json!({"type": "document", "title": "a.pdf", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}})
+    );
+    let mut back = messages_chat::request(&msg).expect("translates back").body;
+    back["model"] = "x".into();
+    assert_eq!(back, chat);
+    let e = chat_messages::request(&json!({"model": "x", "messages": [{"role": "user", "content": [
+        {"type": "file", "file": {"file_id": "file-1"}}]}]}))
+    .expect_err("no file store");
+    assert_eq!(e.feature, "messages[0].content[0].file.file_id");
+    let e = messages_chat::request(&json!({"model": "x", "max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}]}]}))
+    .expect_err("url documents");
+    assert_eq!(e.feature, "messages[0].content[0].source");
+}
+
+#[test]
 fn what_anthropic_lacks_is_refused_by_name() {
     let base = |extra: Value| {
         let mut v = json!({"model": "x", "messages": [{"role": "user", "content": "hi"}]});
