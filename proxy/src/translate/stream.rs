@@ -193,8 +193,26 @@ fn quick_delta(payload: &str) -> Option<(u64, bool, &str)> {
     };
     let end = super::passthrough::skip_string(rest.as_bytes(), 0)?;
     let literal = &rest[..end];
-    // A raw control character would make the copied literal invalid JSON: parse such an event.
-    (&rest[end..] == "}}" && literal.bytes().all(|b| b >= 0x20)).then_some((index, json, literal))
+    (&rest[end..] == "}}" && valid_literal(literal.as_bytes())).then_some((index, json, literal))
+}
+
+/// Whether a quoted string literal is valid JSON as it stands (it is copied, not re-encoded):
+/// no raw control characters, and only JSON's escapes. Anything else takes the full parse.
+fn valid_literal(lit: &[u8]) -> bool {
+    let inner = &lit[1..lit.len().saturating_sub(1).max(1)];
+    let mut i = 0;
+    while i < inner.len() {
+        match inner[i] {
+            b if b < 0x20 => return false,
+            b'\\' => match inner.get(i + 1) {
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                Some(b'u') if inner.get(i + 2..i + 6).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) => i += 6,
+                _ => return false,
+            },
+            _ => i += 1,
+        }
+    }
+    true
 }
 
 impl Translate for MessagesToChat {

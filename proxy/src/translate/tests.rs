@@ -569,3 +569,118 @@ proptest! {
         prop_assert_eq!(reassemble_chat(&back), original);
     }
 }
+
+/// Arbitrary JSON, biased towards the field names the translators look at.
+fn any_json() -> impl Strategy<Value = Value> {
+    let key = prop::sample::select(vec![
+        "model",
+        "messages",
+        "role",
+        "content",
+        "type",
+        "text",
+        "tool_calls",
+        "function",
+        "name",
+        "arguments",
+        "tools",
+        "tool_choice",
+        "input",
+        "system",
+        "max_tokens",
+        "stream",
+        "delta",
+        "index",
+        "choices",
+        "usage",
+        "message",
+        "content_block",
+        "error",
+        "source",
+        "data",
+        "id",
+        "call_id",
+        "output",
+        "file",
+        "image_url",
+    ]);
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+        prop::sample::select(vec![
+            "user",
+            "assistant",
+            "system",
+            "tool",
+            "text",
+            "tool_use",
+            "tool_result",
+            "function",
+            "image",
+            "document",
+            "message_start",
+            "content_block_delta",
+            "text_delta",
+            "input_json_delta",
+            "[DONE]",
+            "data:application/pdf;base64,AA",
+            "data:image/png;base64,AA",
+            "{",
+            ""
+        ])
+        .prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 48, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::vec((key.clone(), inner), 0..6)
+                .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn no_input_makes_a_translator_panic(v in any_json(), name in prop::option::of("[a-z_]{0,20}")) {
+        let text = v.to_string();
+        let _ = chat_messages::request(&v);
+        let _ = chat_messages::plain_request(&v);
+        let _ = messages_chat::request(&v);
+        let _ = responses::request(&v);
+        let _ = chat_messages::response(text.as_bytes(), 0);
+        let _ = messages_chat::response(text.as_bytes());
+        let _ = responses::ResponseBuilder::new("p", 0, &v).from_chat(&v);
+        let mut out = Vec::new();
+        let mut a = MessagesToChat::new(0, true);
+        let mut b = ChatToMessages::new();
+        let mut c = ChatToResponses::new(responses::ResponseBuilder::new("p", 0, &v));
+        for t in [&mut a as &mut dyn Translate, &mut b, &mut c] {
+            t.push(name.as_deref(), &text, &mut out);
+            t.push(name.as_deref(), "[DONE]", &mut out);
+            t.finish(&mut out);
+        }
+        for (_, d) in &out {
+            prop_assert!(d == "[DONE]" || serde_json::from_str::<Value>(d).is_ok(), "not JSON: {}", d);
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn a_delta_read_without_parsing_never_yields_broken_json(rest in "\\PC{0,40}", raw in prop::collection::vec(any::<u8>(), 0..40)) {
+        let tail = String::from_utf8_lossy(&raw).into_owned();
+        for payload in [
+            format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":{rest}"#),
+            format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"{tail}"}}}}"#),
+            format!(r#"{{"type":"content_block_delta","index":7,"delta":{{"type":"input_json_delta","partial_json":"{rest}"}}}}"#),
+        ] {
+            let mut out = Vec::new();
+            MessagesToChat::new(0, false).push(Some("content_block_delta"), &payload, &mut out);
+            for (_, d) in &out {
+                prop_assert!(serde_json::from_str::<Value>(d).is_ok(), "not JSON: {} from {}", d, payload);
+            }
+        }
+    }
+}
