@@ -1,7 +1,8 @@
 //! The real coding agents. The requests Claude Code and Codex send (captured from the CLIs
 //! against the scripted upstream, in `tests/fixtures/`) go through the gateway to both provider
 //! formats in the default suite; with `RUN_REAL_CLIENTS=1` the CLIs themselves are installed
-//! from npm into a temp folder and run non-interactively through the gateway.
+//! from npm into a temp folder and run non-interactively through the gateway, to both
+//! provider formats, answering plainly and through a whole tool loop.
 
 mod common;
 
@@ -128,7 +129,14 @@ async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
         eprintln!("skipped (set RUN_REAL_CLIENTS=1 to install and run claude and codex from npm)");
         return;
     }
-    let up = upstream(ScriptedUpstream::new().route("echo", Script::always(Behaviour::echo()))).await;
+    // `echo` answers with the prompt; `tools` calls the agent's first tool, and answers with
+    // what the agent sends back (its own validation error here): a whole tool loop.
+    let up = upstream(
+        ScriptedUpstream::new()
+            .route("echo", Script::always(Behaviour::echo()))
+            .route("tools", Script::always(Behaviour::tool_echo())),
+    )
+    .await;
     let gw = start(config(TWO_FORMATS, &up), Persistence::Memory).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = tokio::task::spawn_blocking({
@@ -140,7 +148,12 @@ async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).expect("home");
     let base = format!("http://{}", gw.addr);
-    for model in ["ant/echo", "oai/echo"] {
+    for (model, expect) in [
+        ("ant/echo", "say hello ferroute"),
+        ("oai/echo", "say hello ferroute"),
+        ("ant/tools", "tool said:"),
+        ("oai/tools", "tool said:"),
+    ] {
         let out = Command::new(bin.join("claude"))
             .args(["-p", "say hello ferroute", "--model", model])
             .env("HOME", &home)
@@ -155,7 +168,7 @@ async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
             .expect("claude runs");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "claude -p via {model}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
-        assert!(stdout.contains("say hello ferroute"), "claude -p via {model}: {stdout}");
+        assert!(stdout.contains(expect), "claude -p via {model}: {stdout}");
         if model == "ant/echo" {
             let seen = up.script.requests().into_iter().rfind(|r| r.path.starts_with("/v1/messages")).expect("request");
             let beta = seen.headers.get("anthropic-beta").cloned().unwrap_or_default();
@@ -164,7 +177,12 @@ async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
     }
     let codex_home = dir.path().join("codex-home");
     std::fs::create_dir_all(&codex_home).expect("codex home");
-    for model in ["oai/echo", "ant/echo"] {
+    for (model, expect) in [
+        ("oai/echo", "say hello ferroute"),
+        ("ant/echo", "say hello ferroute"),
+        ("oai/tools", "tool said:"),
+        ("ant/tools", "tool said:"),
+    ] {
         let cfg = format!(
             "model = \"{model}\"\nmodel_provider = \"ferroute\"\n[model_providers.ferroute]\nname = \"Ferroute\"\nbase_url = \"{base}/v1\"\nenv_key = \"FERROUTE_KEY\"\nwire_api = \"responses\"\n"
         );
@@ -179,6 +197,6 @@ async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
             .expect("codex runs");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "codex exec via {model}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
-        assert!(stdout.contains("say hello ferroute"), "codex exec via {model}: {stdout}");
+        assert!(stdout.contains(expect), "codex exec via {model}: {stdout}");
     }
 }
