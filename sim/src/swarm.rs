@@ -1,5 +1,5 @@
 //! Swarm mode (after TigerBeetle's VOPR): a seed picks a random mix of upstream faults and a
-//! random workload. A safety phase runs with faults; then every fault heals and a liveness
+//! random workload, over providers of both wire formats and clients of both APIs. A safety phase runs with faults; then every fault heals and a liveness
 //! phase requires every breaker to close, every cooldown to end, every connection to serve and
 //! every permit to return within a bound.
 
@@ -47,8 +47,10 @@ pub fn generate(seed: u64) -> Scenario {
     for p in 0..providers {
         let host = format!("up-{p}");
         let class = if rng.random_bool(0.5) { "api_key" } else { "local" };
+        // Providers of both wire formats: requests cross formats wherever client and provider differ.
+        let format = if rng.random_bool(0.5) { "anthropic" } else { "openai" };
         gateway.push_str(&format!(
-            "[[providers]]\nid = \"p{p}\"\nbase_url = \"http://{host}:9000/v1\"\nclass = \"{class}\"\nmodels = [\"m\"]\nstart_timeout_ms = 3000\n"
+            "[[providers]]\nid = \"p{p}\"\nformat = \"{format}\"\nbase_url = \"http://{host}:9000/v1\"\nclass = \"{class}\"\nmodels = [\"m\"]\nstart_timeout_ms = 3000\n"
         ));
         for c in 0..rng.random_range(1..=3usize) {
             let id = format!("p{p}-k{c}");
@@ -94,7 +96,7 @@ pub fn generate(seed: u64) -> Scenario {
             count: rng.random_range(10..40),
             model,
             stream: rng.random_bool(0.4),
-            anthropic: false,
+            anthropic: rng.random_bool(0.4),
             headers: BTreeMap::new(),
         });
     }
@@ -124,7 +126,7 @@ pub fn generate(seed: u64) -> Scenario {
             count,
             model: format!("p{p}/m"),
             stream: false,
-            anthropic: false,
+            anthropic: rng.random_bool(0.5),
             headers: BTreeMap::new(),
         });
         responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
