@@ -181,9 +181,13 @@ async fn the_responses_api_reaches_both_formats_with_tools_streamed_and_not() {
     let (_up, gw) = both().await;
     for provider in ["oai/tools", "ant/tools"] {
         let req = json!({"model": provider, "instructions": "be brief", "input": [{"role": "user", "content": "list files"}],
-            "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}}]});
+            "background": true, "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}}]});
         let r = post(&gw, "/v1/responses", &req).await;
         assert_eq!(r.status, 200, "{provider}: {}", r.body);
+        assert!(
+            r.header("x-ferroute-warning").is_some_and(|w| w.contains("synchronously")),
+            "background is answered at once"
+        );
         let v = r.json();
         assert_eq!(v["object"], "response");
         assert_eq!(v["status"], "completed");
