@@ -1,5 +1,6 @@
-//! Heap guard: about 500 SSE streams through the real gateway, sequential and 50 at a time;
-//! the gateway's RSS must stay under a ceiling and come back to its warm baseline.
+//! Heap guard: about 500 SSE streams through the real gateway, sequential and 50 at a time,
+//! every other one translated from an Anthropic-format provider; the gateway's RSS must stay
+//! under a ceiling and come back to its warm baseline.
 //! Gated: `RUN_CHAOS_INT=1 cargo test -p chaos`.
 
 use chaos::binary::Gateway;
@@ -18,15 +19,21 @@ async fn streams(base: &str, n: usize, parallel: usize, peak: &mut u64, gw: &Gat
     while done < n {
         let batch = parallel.min(n - done);
         let tasks: Vec<_> = (0..batch)
-            .map(|_| {
+            .map(|i| {
                 let base = base.to_owned();
-                tokio::spawn(async move { chat(&base, "up/m", true).await })
+                let model = if (done + i) % 2 == 0 { "up/m" } else { "ant/echo" };
+                tokio::spawn(async move { chat(&base, model, true).await })
             })
             .collect();
         for t in tasks {
             let r = t.await.expect("join").expect("response");
             assert_eq!(r.status, 200);
             assert!(r.body.contains("[DONE]"), "{}", r.body);
+            assert!(
+                r.body.contains("chat.completion.chunk"),
+                "translated streams reach the client as chat chunks: {}",
+                r.body
+            );
         }
         *peak = (*peak).max(gw.rss_kib().unwrap_or(0));
         done += batch;
@@ -41,15 +48,18 @@ async fn five_hundred_streams_do_not_grow_the_heap() {
     let events: Vec<SseEvent> = (0..10).map(|_| SseEvent::text(0, "x")).chain([SseEvent::done(0)]).collect();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
+    // The echo streams ten words in either format (the Anthropic provider is reached at
+    // /v1/messages and answers with Anthropic events).
     let up = Arc::new(
         ScriptedUpstream::new()
-            .route("m", Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false })),
+            .route("m", Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false }))
+            .route("*", Script::always(Behaviour::echo())),
     );
     tokio::spawn(serve_upstream(listener, up));
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("ferroute.toml");
     let text = format!(
-        "[server]\ndata_dir = \"{}\"\n[[providers]]\nid = \"up\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\"]\n[[connections]]\nid = \"k1\"\nprovider = \"up\"\napi_key = \"sk\"\n",
+        "[server]\ndata_dir = \"{}\"\n[[providers]]\nid = \"up\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\"]\n[[connections]]\nid = \"k1\"\nprovider = \"up\"\napi_key = \"sk\"\n[[providers]]\nid = \"ant\"\nformat = \"anthropic\"\nbase_url = \"http://{addr}/v1\"\n[[connections]]\nid = \"a1\"\nprovider = \"ant\"\napi_key = \"sk\"\n",
         dir.path().join("data").display()
     );
     std::fs::write(&cfg, text).expect("config");
