@@ -37,8 +37,12 @@ fn stream_events() -> Vec<Event> {
             serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
         ),
     ];
+    // Deltas in the key order Anthropic writes them.
     for i in 0..10 {
-        e.push(ev("content_block_delta", serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":format!("token{i} ")}})));
+        e.push((
+            Some("content_block_delta".to_owned()),
+            format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"token{i} "}}}}"#),
+        ));
     }
     e.push(ev("content_block_stop", serde_json::json!({"type":"content_block_stop","index":0})));
     e.push(ev(
