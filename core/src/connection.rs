@@ -225,8 +225,11 @@ impl ConnectionState {
     }
 
     /// Applies a classified failure. `disable_cooling` skips cooldowns (terminal states still
-    /// apply). A failure while a cooldown is active, or on a terminal connection, changes
-    /// nothing (anti-thundering-herd: N concurrent failures raise the level once).
+    /// apply). A failure on a terminal connection changes nothing. A failure while a cooldown
+    /// is active does not climb the ladder (anti-thundering-herd: N concurrent failures raise
+    /// the level once), but a longer explicit hint (Retry-After, a reset header) extends the
+    /// deadline: a deadline never moves earlier, and an account that says "60 s" is not
+    /// retried after the 1 s an earlier answer asked for.
     pub fn record_failure(
         &mut self,
         now: Instant,
@@ -237,8 +240,20 @@ impl ConnectionState {
         if self.terminal.is_some() {
             return Applied::Unchanged;
         }
-        if self.rate_limited_until.is_some_and(|u| now < u) {
-            return Applied::Unchanged;
+        if let Some(until) = self.rate_limited_until.filter(|u| now < *u) {
+            return match decision.connection {
+                // Cooling => Cooling, later deadline, same level.
+                ConnectionEffect::Cooldown { duration, hint: Some(_), .. }
+                    if !disable_cooling && now + duration > until =>
+                {
+                    self.note_error(decision, message);
+                    let until = now + duration;
+                    self.rate_limited_until = Some(until);
+                    self.last_cooldown = self.last_cooldown.max(duration);
+                    Applied::Cooldown { until, level: self.backoff_level }
+                }
+                _ => Applied::Unchanged,
+            };
         }
         let effect = match decision.connection {
             ConnectionEffect::RequestRejected => self.refusal(now),

@@ -206,6 +206,34 @@ fn disable_cooling_skips_cooldowns_but_not_terminal_states() {
 }
 
 #[test]
+fn a_longer_hint_extends_an_active_cooldown_and_nothing_shortens_it() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    let d = decide(ProviderClass::ApiKey, 429, &[("retry-after", "1")], "", 0);
+    assert!(matches!(c.record_failure(now, &d, "", false), Applied::Cooldown { .. }));
+    assert_eq!(c.rate_limited_until(now), Some(now + S(1)));
+    let level = c.backoff_level();
+    // A second in-flight failure with Retry-After 60: the deadline moves to 60 s, the level
+    // does not climb again.
+    let d = decide(ProviderClass::ApiKey, 429, &[("retry-after", "60")], "", c.level_for(now));
+    assert_eq!(c.record_failure(now, &d, "", false), Applied::Cooldown { until: now + S(60), level });
+    assert_eq!(c.backoff_level(), level);
+    // A shorter hint, or none, changes nothing.
+    let d = decide(ProviderClass::ApiKey, 429, &[("retry-after", "5")], "", c.level_for(now));
+    assert_eq!(c.record_failure(now + S(1), &d, "", false), Applied::Unchanged);
+    let d = decide(ProviderClass::ApiKey, 429, &[], "", c.level_for(now));
+    assert_eq!(c.record_failure(now + S(1), &d, "", false), Applied::Unchanged);
+    assert_eq!(c.rate_limited_until(now), Some(now + S(60)));
+    // OAuth connections use their own ladder: hints neither set nor extend their cooldowns.
+    let mut o = ConnectionState::new();
+    fail(&mut o, now, ProviderClass::OAuth, 429, "");
+    let until = o.rate_limited_until(now);
+    let d = decide(ProviderClass::OAuth, 429, &[("retry-after", "600")], "", o.level_for(now));
+    assert_eq!(o.record_failure(now, &d, "", false), Applied::Unchanged);
+    assert_eq!(o.rate_limited_until(now), until);
+}
+
+#[test]
 fn success_clears_everything() {
     let now = t0();
     let mut c = ConnectionState::new();
@@ -232,7 +260,8 @@ fn snapshot_round_trip() {
 #[derive(Debug, Clone)]
 enum Op {
     Advance(u64),
-    Fail(u16, u8),
+    /// Status, body, and a Retry-After in seconds.
+    Fail(u16, u8, Option<u16>),
     Success,
     Select,
 }
@@ -240,7 +269,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u64..120_000).prop_map(Op::Advance),
-        6 => (prop_oneof![Just(429u16), Just(401), Just(402), Just(403), Just(503), Just(500)], 0u8..4).prop_map(|(s, b)| Op::Fail(s, b)),
+        6 => (prop_oneof![Just(429u16), Just(401), Just(402), Just(403), Just(503), Just(500)], 0u8..4, prop::option::of(1u16..300))
+            .prop_map(|(s, b, h)| Op::Fail(s, b, h)),
         1 => Just(Op::Success),
         2 => Just(Op::Select),
     ]
@@ -262,18 +292,26 @@ proptest! {
                 Op::Advance(ms) => now += Duration::from_millis(ms),
                 Op::Success => { c.record_success(); last_cooldown = None; }
                 Op::Select => c.on_selected(now),
-                Op::Fail(status, b) => {
+                Op::Fail(status, b, hint) => {
                     let body = BODIES[b as usize];
-                    let d = decide(class, status, &[], body, c.level_for(now));
+                    let secs = hint.map(|h| h.to_string());
+                    let headers: Vec<(&str, &str)> = secs.iter().map(|s| ("retry-after", s.as_str())).collect();
+                    let d = decide(class, status, &headers, body, c.level_for(now));
                     let applied = c.record_failure(now, &d, body, false);
                     // A terminal state is never overwritten.
                     if let Some(t) = before.terminal() {
                         prop_assert_eq!(c.terminal(), Some(t));
                         prop_assert_eq!(applied, Applied::Unchanged);
                     }
-                    // A failure during an active cooldown neither shortens nor extends it.
+                    // A failure during an active cooldown never shortens it and never climbs
+                    // the ladder; only a longer explicit hint extends it.
                     if let Some(until) = before.rate_limited_until(now) {
-                        prop_assert_eq!(c.rate_limited_until(now), Some(until));
+                        let after = c.rate_limited_until(now).unwrap_or(now);
+                        prop_assert!(after >= until, "the deadline moved earlier");
+                        let hinted = matches!(d.connection, ConnectionEffect::Cooldown { hint: Some(_), .. });
+                        if after > until {
+                            prop_assert!(hinted, "extended without a hint");
+                        }
                         prop_assert_eq!(c.backoff_level(), before.backoff_level());
                     }
                     if let Applied::Cooldown { until, level } = applied {
