@@ -639,7 +639,9 @@ impl Engine {
         if !(gated || rule_scope.is_some()) {
             return;
         }
-        let exact = d.lock.cooldown.filter(|x| d.lock.upstream_reset || *x > lc.base_cooldown || rule_scope.is_some());
+        // An upstream hint sets the lockout's length only when it is longer than the base
+        // cooldown (a shorter one would shorten the lock); a rule's own cooldown always applies.
+        let exact = d.lock.cooldown.filter(|x| *x > lc.base_cooldown || rule_scope.is_some());
         let req = LockRequest {
             provider: c.provider,
             connection: c.connection,
@@ -649,7 +651,7 @@ impl Engine {
             status: d.status,
             scope: rule_scope,
             exact_cooldown: exact,
-            exact_is_upstream_reset: d.lock.upstream_reset,
+            exact_is_upstream_reset: d.lock.upstream_reset && exact.is_some(),
         };
         let cooldown = self.lockouts.record_failure(now, lc, &req);
         let (provider, connection, model) = (self.intern(c.provider), self.intern(c.connection), self.intern(c.model));

@@ -145,6 +145,27 @@ fn model_lockout_excludes_only_that_model() {
 }
 
 #[test]
+fn an_upstream_hint_sets_a_lockout_only_when_longer_than_the_base() {
+    let now = t0();
+    let mut settings = ResilienceSettings::default();
+    settings.model_lockout.enabled = true;
+    settings.model_lockout.base_cooldown_ms = 120_000;
+    let lock_after = |retry_after: &str| {
+        let mut e = Engine::new(settings.clone(), 1);
+        let c = cands(&["k1"]);
+        let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+        let headers = [("retry-after", retry_after)];
+        let out = AttemptOutcome::Upstream { status: 429, headers: &headers, body: "rate limited" };
+        e.record(now, &c[i], "openai", t, out, false, false, None);
+        e.lockouts().remaining(now, "openai", "k1", "gpt-4o", None).map(|(d, _)| d)
+    };
+    // Retry-After 5 s is shorter than the 120 s base: the base applies, not 5 s.
+    assert_eq!(lock_after("5"), Some(S(120)));
+    // Retry-After 600 s is longer: it sets the lock.
+    assert_eq!(lock_after("600"), Some(S(600)));
+}
+
+#[test]
 fn round_robin_rotates_and_random_is_seeded() {
     let now = t0();
     let ids = ["a", "b", "c", "d", "e", "f", "g", "h"];
