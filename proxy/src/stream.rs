@@ -5,7 +5,7 @@ use crate::attempt::{Attempt, SELECTED};
 use crate::errors::Body;
 use crate::gateway::Slot;
 use crate::translate::ClientApi;
-use crate::translate::stream::{Event, Translate, write};
+use crate::translate::stream::{Event, Translate, error_event, write};
 use bytes::Bytes;
 use ferroute_core::engine::AttemptOutcome;
 use ferroute_core::watchdog::{STREAM_THROUGHPUT_TOO_LOW, Verdict, Watchdog, classify_sse};
@@ -135,20 +135,6 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-fn error_event(api: ClientApi, code: &str, message: &str) -> Bytes {
-    let s = match api {
-        ClientApi::Chat | ClientApi::Responses => format!(
-            "data: {}\n\n",
-            serde_json::json!({"error": {"message": message, "type": "server_error", "code": code}})
-        ),
-        ClientApi::Messages => format!(
-            "event: error\ndata: {}\n\n",
-            serde_json::json!({"type": "error", "error": {"type": "api_error", "message": message, "code": code}})
-        ),
-    };
-    Bytes::from(s)
-}
-
 /// Where and how a stream goes to the client.
 pub struct Relay {
     /// The client's API (for error events when nothing is translated).
@@ -180,7 +166,11 @@ impl Downstream {
 
     fn error(&mut self, code: &str, message: &str) -> Option<Bytes> {
         match self.translator.as_mut() {
-            None => Some(error_event(self.api, code, message)),
+            None => {
+                let mut buf = Vec::new();
+                write(&[error_event(self.api, code, message)], &mut buf);
+                Some(Bytes::from(buf))
+            }
             Some(t) => {
                 t.error(code, message, &mut self.events);
                 self.take()

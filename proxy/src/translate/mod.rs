@@ -14,6 +14,8 @@ pub mod passthrough;
 pub mod responses;
 pub mod responses_stream;
 pub mod stream;
+pub mod stream_chat;
+pub mod stream_messages;
 pub mod wire;
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! [`ResponseBuilder`] that also makes whole Response objects.
 
 use super::responses::ResponseBuilder;
-use super::stream::{ChatInput, Event, Translate, named, read_chat};
+use super::stream::{Event, Translate, chat_chunk, named};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -114,12 +114,7 @@ impl Translate for ChatToResponses {
         if self.done {
             return;
         }
-        let v = match read_chat(payload) {
-            ChatInput::Done => return self.close(out),
-            ChatInput::Error(code, message) => return self.error(&code, &message, out),
-            ChatInput::Skip => return,
-            ChatInput::Chunk(v) => v,
-        };
+        let Some(v) = chat_chunk(self, payload, out) else { return };
         let choice = v.choices.first();
         self.builder.observe(v.usage, choice.and_then(|c| c.finish_reason.as_deref()));
         self.start(out);
