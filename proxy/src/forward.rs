@@ -9,7 +9,7 @@ use crate::config::Format;
 use crate::errors::{Body, ErrorShape, ProxyError, Source};
 use crate::exchange::{self, ApiHeaders, Inbound, Prepared};
 use crate::gateway::{Gateway, Plan, Target};
-use crate::translate::{ClientApi, Untranslatable};
+use crate::translate::{Cause, ClientApi, Untranslatable};
 use crate::upstream::{Failure, Step, attempt_once, failure_error};
 use bytes::Bytes;
 use ferroute_core::engine::{Candidate, Exclusion, ExclusionReason, Refusal, Selection, refusal};
@@ -120,9 +120,10 @@ fn inbound<C: Connect + Clone + Send + Sync + 'static>(
 
 /// A feature the target cannot express, as a 400 naming it.
 pub fn untranslatable(u: Untranslatable) -> ProxyError {
-    let code = match u.feature.as_str() {
-        "previous_response_id" | "conversation" | "prompt" => "stored_responses_unsupported",
-        _ => "untranslatable_feature",
+    let code = match u.kind {
+        Cause::Feature => "untranslatable_feature",
+        Cause::Stored => "stored_responses_unsupported",
+        Cause::Invalid => "invalid_request",
     };
     ProxyError::bad_request(code, u.to_string()).with("param", u.feature.into())
 }

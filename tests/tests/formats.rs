@@ -298,6 +298,15 @@ async fn a_same_format_hop_keeps_the_clients_bytes_and_api_headers() {
     let seen = up.script.requests().pop().expect("a request");
     assert!(!seen.headers.contains_key("anthropic-beta"));
     assert!(!seen.body.contains("context_management"));
+    // A limit that is not a number is refused, not replaced by the translation's default.
+    let bad = json!({"model": "ant/claude", "max_tokens": "100", "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&gw, "/v1/chat/completions", &bad).await;
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_str(), r.json()["error"]["param"].as_str()),
+        (400, Some("invalid_request"), Some("max_tokens")),
+        "{}",
+        r.body
+    );
     // A beta feature a chat provider lacks is refused, naming it.
     let h = [("anthropic-beta", "mcp-client-2025-04-04")];
     let r = send("POST", &gw.url("/v1/messages"), &h, &body.to_string()).await;

@@ -74,11 +74,16 @@ pub fn request(chat: &Value) -> Result<Translated, Untranslatable> {
         body.insert("system".into(), Value::String(system));
     }
     body.insert("messages".into(), Value::Array(messages));
-    let mut max_tokens = obj
-        .get("max_completion_tokens")
-        .or_else(|| obj.get("max_tokens"))
-        .and_then(Value::as_u64)
-        .unwrap_or(DEFAULT_MAX_TOKENS);
+    let limit = ["max_completion_tokens", "max_tokens"]
+        .into_iter()
+        .find_map(|k| obj.get(k).filter(|v| !v.is_null()).map(|v| (k, v)));
+    let mut max_tokens = match limit {
+        None => DEFAULT_MAX_TOKENS,
+        Some((k, v)) => v
+            .as_u64()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| Untranslatable::invalid(k, format!("must be a positive integer, not {v}")))?,
+    };
     if let Some(effort) = obj.get("reasoning_effort").and_then(Value::as_str)
         && let Some(budget) = budget_for_effort(effort)
     {
@@ -170,7 +175,7 @@ pub fn plain_request(chat: &Value) -> Option<Vec<u8>> {
     for (k, v) in obj {
         match (k.as_str(), v) {
             ("model" | "messages", _) | ("stream_options", Value::Object(_)) | (_, Value::Null) => {}
-            ("max_tokens" | "max_completion_tokens", Value::Number(n)) => max_tokens = n.as_u64()?,
+            ("max_tokens" | "max_completion_tokens", Value::Number(n)) => max_tokens = n.as_u64().filter(|n| *n > 0)?,
             ("temperature", Value::Number(n)) if n.as_f64().is_some_and(|t| (0.0..=1.0).contains(&t)) => {
                 out.raw(r#","temperature":"#).raw(&n.to_string());
             }

@@ -34,6 +34,17 @@ pub enum ClientApi {
     Responses,
 }
 
+/// Why a request cannot go to a provider format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The target format has no such feature.
+    Feature,
+    /// It refers to state Ferroute does not keep (a stored response).
+    Stored,
+    /// The field's value is not valid for the client's own API.
+    Invalid,
+}
+
 /// A request feature the target format cannot express.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Untranslatable {
@@ -41,18 +52,33 @@ pub struct Untranslatable {
     pub feature: String,
     /// Why, in a sentence.
     pub detail: String,
+    /// What kind of refusal it is.
+    pub kind: Cause,
 }
 
 impl Untranslatable {
-    /// A refusal of `feature`.
+    /// A feature the target lacks.
     pub fn new(feature: impl Into<String>, detail: impl Into<String>) -> Self {
-        Untranslatable { feature: feature.into(), detail: detail.into() }
+        Untranslatable { feature: feature.into(), detail: detail.into(), kind: Cause::Feature }
+    }
+
+    /// A reference to state Ferroute does not store.
+    pub fn stored(feature: impl Into<String>, detail: impl Into<String>) -> Self {
+        Untranslatable { kind: Cause::Stored, ..Self::new(feature, detail) }
+    }
+
+    /// A value the client's own API does not allow.
+    pub fn invalid(feature: impl Into<String>, detail: impl Into<String>) -> Self {
+        Untranslatable { kind: Cause::Invalid, ..Self::new(feature, detail) }
     }
 }
 
 impl std::fmt::Display for Untranslatable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "`{}` cannot be translated: {}", self.feature, self.detail)
+        match self.kind {
+            Cause::Invalid => write!(f, "`{}` is invalid: {}", self.feature, self.detail),
+            Cause::Feature | Cause::Stored => write!(f, "`{}` cannot be translated: {}", self.feature, self.detail),
+        }
     }
 }
 

@@ -42,7 +42,7 @@ const STORED: &[&str] = &["previous_response_id", "conversation", "prompt"];
 pub fn request(body: &Value) -> Result<Translated, Untranslatable> {
     let Some(obj) = body.as_object() else { return Err(Untranslatable::new("body", "must be a JSON object")) };
     if let Some(k) = obj.keys().find(|k| STORED.contains(&k.as_str())) {
-        return Err(Untranslatable::new(
+        return Err(Untranslatable::stored(
             k.as_str(),
             "Ferroute does not store responses; send the whole conversation in `input`",
         ));

@@ -250,6 +250,13 @@ fn a_chat_request_becomes_a_messages_request() {
         json!([{"type": "tool_result", "tool_use_id": "call_1", "content": "a cat"}, {"type": "text", "text": "and?"}])
     );
     assert_eq!(chat_messages::request(&json!({"model": "x", "messages": []})).expect("ok").body["max_tokens"], 4096);
+    // A limit that is not a positive integer is the client's mistake, named, never replaced by
+    // the default.
+    for bad in [json!("100"), json!(-1), json!(0), json!(1.5)] {
+        let e = chat_messages::request(&json!({"model": "x", "messages": [], "max_tokens": bad})).expect_err("invalid");
+        assert_eq!((e.feature.as_str(), e.kind), ("max_tokens", super::Cause::Invalid));
+        assert!(chat_messages::plain_request(&json!({"model": "x", "messages": [], "max_tokens": bad})).is_none());
+    }
 }
 
 #[test]
