@@ -122,27 +122,8 @@ pub fn bench_upstream() -> ScriptedUpstream {
         .map(|i| SseEvent::text(0, &format!("token{i} ")))
         .chain([SseEvent::usage(0), SseEvent::done(0)])
         .collect();
-    let ev = |name: &str, data: serde_json::Value| SseEvent {
-        after_ms: 0,
-        event: Some(name.into()),
-        data: data.to_string(),
-    };
-    let start = serde_json::json!({"type":"message_start","message":{"id":"msg_b","type":"message","role":"assistant","model":"as","content":[],"usage":{"input_tokens":3,"output_tokens":0}}});
-    let anthropic: Vec<SseEvent> = [ev("message_start", start)]
-        .into_iter()
-        .chain([ev("content_block_start", serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}))])
-        // Deltas in the key order Anthropic writes them.
-        .chain((0..10).map(|i| SseEvent {
-            after_ms: 0,
-            event: Some("content_block_delta".into()),
-            data: format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"token{i} "}}}}"#),
-        }))
-        .chain([
-            ev("content_block_stop", serde_json::json!({"type":"content_block_stop","index":0})),
-            ev("message_delta", serde_json::json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":10}})),
-            ev("message_stop", serde_json::json!({"type":"message_stop"})),
-        ])
-        .collect();
+    let tokens: Vec<String> = (0..10).map(|i| format!("token{i} ")).collect();
+    let anthropic = SseEvent::anthropic_text_stream("as", &tokens, 0);
     ScriptedUpstream::new()
         .route("m", Script::always(Behaviour::echo()))
         .route("s", Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false }))

@@ -16,15 +16,6 @@ pub fn error_code(body: &str) -> Option<String> {
     sse_data(body).iter().rev().filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok()).find_map(|v| code(&v))
 }
 
-/// Whether an SSE body finished: `[DONE]` (OpenAI) or `message_stop` (Anthropic).
-pub fn stream_done(body: &str) -> bool {
-    sse_data(body).iter().any(|d| {
-        d == "[DONE]"
-            || serde_json::from_str::<serde_json::Value>(d)
-                .is_ok_and(|v| v.get("type").and_then(|t| t.as_str()) == Some("message_stop"))
-    })
-}
-
 /// Whether an SSE body finished in the client's own format: an Anthropic client's stream ends
 /// with `message_stop` and carries no chat chunks; a chat client's ends with `[DONE]` and
 /// carries no Anthropic events. A stream translated wrongly (or not at all) does not count.
@@ -55,9 +46,9 @@ mod tests {
         assert_eq!(error_code(r#"{"error":{"code":"x"}}"#).as_deref(), Some("x"));
         let sse = "data: {\"choices\":[]}\n\ndata: {\"error\":{\"code\":\"late\"}}\n\n";
         assert_eq!(error_code(sse).as_deref(), Some("late"));
-        assert!(!stream_done(sse));
-        assert!(stream_done("data: [DONE]\n\n"));
-        assert!(stream_done("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+        assert!(!stream_done_as(sse, false) && !stream_done_as(sse, true));
+        assert!(stream_done_as("data: [DONE]\n\n", false));
+        assert!(stream_done_as("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", true));
         assert_eq!(sse_data("data: a\n\ndata: b\n\n"), vec!["a", "b"]);
         let ant = "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
         assert!(stream_done_as(ant, true) && !stream_done_as(ant, false));

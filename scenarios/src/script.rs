@@ -58,6 +58,55 @@ impl SseEvent {
         SseEvent { after_ms, event: None, data: data.to_string() }
     }
 
+    /// An Anthropic Messages event, named after its `type`.
+    pub fn anthropic(after_ms: u64, data: serde_json::Value) -> Self {
+        let event = data.get("type").and_then(|t| t.as_str()).map(str::to_owned);
+        SseEvent { after_ms, event, data: data.to_string() }
+    }
+
+    /// An Anthropic text delta of block `index`, in the key order Anthropic writes it.
+    pub fn anthropic_text(after_ms: u64, index: u64, text: &str) -> Self {
+        let text = serde_json::Value::from(text);
+        SseEvent {
+            after_ms,
+            event: Some("content_block_delta".into()),
+            data: format!(
+                r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"text_delta","text":{text}}}}}"#
+            ),
+        }
+    }
+
+    /// An Anthropic `message_start` for `model`.
+    pub fn anthropic_start(model: &str, id: &str) -> Self {
+        SseEvent::anthropic(
+            0,
+            serde_json::json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant",
+                "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 3, "output_tokens": 0}}}),
+        )
+    }
+
+    /// A whole Anthropic text answer as a stream: one text block of `pieces`, `chunk_ms` apart,
+    /// then `end_turn` and `message_stop`.
+    pub fn anthropic_text_stream(model: &str, pieces: &[String], chunk_ms: u64) -> Vec<Self> {
+        let mut events = vec![
+            SseEvent::anthropic_start(model, "msg_scripted"),
+            SseEvent::anthropic(
+                0,
+                serde_json::json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ),
+        ];
+        events.extend(pieces.iter().map(|p| SseEvent::anthropic_text(chunk_ms, 0, p)));
+        events.push(SseEvent::anthropic(0, serde_json::json!({"type": "content_block_stop", "index": 0})));
+        events.push(SseEvent::anthropic(
+            0,
+            serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                "usage": {"output_tokens": pieces.len()}}),
+        ));
+        events.push(SseEvent::anthropic(0, serde_json::json!({"type": "message_stop"})));
+        events
+    }
+
     /// The final `[DONE]`.
     pub fn done(after_ms: u64) -> Self {
         SseEvent { after_ms, event: None, data: "[DONE]".into() }

@@ -173,10 +173,15 @@ fn last_user_text(json: &serde_json::Value) -> String {
     let Some(m) = messages.iter().rev().find(|m| m.get("role").and_then(|r| r.as_str()) == Some("user")) else {
         return String::new();
     };
-    match m.get("content") {
+    content_text(m.get("content"), " ")
+}
+
+/// The text of content that is a string or a list of parts with `text`, parts joined by `sep`.
+fn content_text(content: Option<&serde_json::Value>, sep: &str) -> String {
+    match content {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(serde_json::Value::Array(parts)) => {
-            parts.iter().filter_map(|p| p.get("text").and_then(|t| t.as_str())).collect::<Vec<_>>().join(" ")
+            parts.iter().filter_map(|p| p.get("text").and_then(|t| t.as_str())).collect::<Vec<_>>().join(sep)
         }
         _ => String::new(),
     }
@@ -184,44 +189,17 @@ fn last_user_text(json: &serde_json::Value) -> String {
 
 fn echo_events(text: &str, model: &str, chunk_ms: u64, anthropic: bool) -> Vec<SseEvent> {
     let words: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
-    let mut events = Vec::new();
     if anthropic {
-        let ev = |name: &str, data: serde_json::Value| SseEvent {
-            after_ms: 0,
-            event: Some(name.into()),
-            data: data.to_string(),
-        };
-        events.push(ev("message_start", serde_json::json!({"type":"message_start","message":{"id":"msg_echo","type":"message","role":"assistant","model":model,"content":[],"usage":{"input_tokens":1,"output_tokens":0}}})));
-        events.push(ev(
-            "content_block_start",
-            serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        ));
-        for w in &words {
-            // In the key order Anthropic writes deltas.
-            let text = serde_json::Value::from(w.as_str());
-            events.push(SseEvent {
-                after_ms: chunk_ms,
-                event: Some("content_block_delta".into()),
-                data: format!(
-                    r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":{text}}}}}"#
-                ),
-            });
-        }
-        events.push(ev("content_block_stop", serde_json::json!({"type":"content_block_stop","index":0})));
-        events.push(ev("message_delta", serde_json::json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":words.len()}})));
-        events.push(ev("message_stop", serde_json::json!({"type":"message_stop"})));
-    } else {
-        for w in &words {
-            let mut e = SseEvent::text(chunk_ms, w);
-            e.data = e.data.replace("\"scripted\"", &serde_json::Value::from(model).to_string());
-            events.push(e);
-        }
-        let mut finish = SseEvent::finish(0, "stop");
-        finish.data = finish.data.replace("\"scripted\"", &serde_json::Value::from(model).to_string());
-        events.push(finish);
-        events.push(SseEvent::usage(0));
-        events.push(SseEvent::done(0));
+        return SseEvent::anthropic_text_stream(model, &words, chunk_ms);
     }
+    let named = serde_json::Value::from(model).to_string();
+    let mut events: Vec<SseEvent> = words.iter().map(|w| SseEvent::text(chunk_ms, w)).collect();
+    events.push(SseEvent::finish(0, "stop"));
+    for e in &mut events {
+        e.data = e.data.replace("\"scripted\"", &named);
+    }
+    events.push(SseEvent::usage(0));
+    events.push(SseEvent::done(0));
     events
 }
 
@@ -252,13 +230,7 @@ enum ToolTurn {
 
 fn tool_turn(json: &serde_json::Value, anthropic: bool) -> ToolTurn {
     let last = json.get("messages").and_then(|m| m.as_array()).and_then(|m| m.last());
-    let text_of = |c: Option<&serde_json::Value>| match c {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Array(parts)) => {
-            parts.iter().filter_map(|p| p.get("text").and_then(|t| t.as_str())).collect::<Vec<_>>().join("")
-        }
-        _ => String::new(),
-    };
+    let text_of = |c: Option<&serde_json::Value>| content_text(c, "");
     if let Some(m) = last {
         if !anthropic && m.get("role").and_then(|r| r.as_str()) == Some("tool") {
             return ToolTurn::Result(text_of(m.get("content")));
@@ -301,43 +273,34 @@ fn tool_call_events(name: &str, text: &str, model: &str, chunk_ms: u64, anthropi
     let args = serde_json::json!({ "text": text }).to_string();
     let mid = args.char_indices().nth(args.chars().count() / 2).map_or(0, |(i, _)| i);
     let (a, b) = args.split_at(mid);
-    let ev = |name: Option<&str>, data: serde_json::Value| SseEvent {
-        after_ms: chunk_ms,
-        event: name.map(str::to_owned),
-        data: data.to_string(),
-    };
     if anthropic {
+        let ev = |data: serde_json::Value| SseEvent::anthropic(chunk_ms, data);
+        let mut start = SseEvent::anthropic_start(model, "msg_tool");
+        start.after_ms = chunk_ms;
         vec![
+            start,
             ev(
-                Some("message_start"),
-                serde_json::json!({"type":"message_start","message":{"id":"msg_tool","type":"message","role":"assistant","model":model,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":0}}}),
-            ),
-            ev(
-                Some("content_block_start"),
                 serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_echo_1","name":name,"input":{}}}),
             ),
             ev(
-                Some("content_block_delta"),
                 serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":a}}),
             ),
             ev(
-                Some("content_block_delta"),
                 serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":b}}),
             ),
-            ev(Some("content_block_stop"), serde_json::json!({"type":"content_block_stop","index":0})),
+            ev(serde_json::json!({"type":"content_block_stop","index":0})),
             ev(
-                Some("message_delta"),
                 serde_json::json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
             ),
-            ev(Some("message_stop"), serde_json::json!({"type":"message_stop"})),
+            ev(serde_json::json!({"type":"message_stop"})),
         ]
     } else {
-        let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
-            ev(
-                None,
-                serde_json::json!({"id":"chatcmpl-tool","object":"chat.completion.chunk","created":0,"model":model,
-                "choices":[{"index":0,"delta":delta,"finish_reason":finish}]}),
-            )
+        let chunk = |delta: serde_json::Value, finish: serde_json::Value| SseEvent {
+            after_ms: chunk_ms,
+            event: None,
+            data: serde_json::json!({"id":"chatcmpl-tool","object":"chat.completion.chunk","created":0,"model":model,
+                "choices":[{"index":0,"delta":delta,"finish_reason":finish}]})
+            .to_string(),
         };
         vec![
             chunk(serde_json::json!({"role":"assistant","content":null}), serde_json::Value::Null),

@@ -49,7 +49,7 @@ async fn claude_codes_request_reaches_both_provider_formats() {
     // Same format: the beta header and the body (but the model) reach the provider unchanged.
     let r = replay(&gw, &f, "ant/echo").await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(scenarios::answer::stream_done(&r.body), "{}", r.body);
+    assert!(scenarios::answer::stream_done_as(&r.body, true), "{}", r.body);
     let seen = up.script.requests().pop().expect("request");
     assert_eq!(seen.path, "/v1/messages");
     assert_eq!(seen.query.as_deref(), Some("beta=true"), "the query string rides along on a same-format hop");
@@ -63,7 +63,7 @@ async fn claude_codes_request_reaches_both_provider_formats() {
     // Across formats: Claude Code's betas are mapped or named, its fields translated.
     let r = replay(&gw, &f, "oai/echo").await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(scenarios::answer::stream_done(&r.body), "{}", r.body);
+    assert!(scenarios::answer::stream_done_as(&r.body, true), "{}", r.body);
     let text: String = sse_data(&r.body)
         .iter()
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())

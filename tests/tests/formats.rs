@@ -357,19 +357,17 @@ async fn upstream_errors_reach_each_client_in_its_own_shape_with_status_and_retr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_aborts_a_slow_translated_stream_in_the_clients_format() {
-    let ev = |after_ms: u64, name: &str, data: Value| SseEvent {
-        after_ms,
-        event: Some(name.into()),
-        data: data.to_string(),
-    };
     let anthropic_slow: Vec<SseEvent> = [
-        ev(0, "message_start", json!({"type":"message_start","message":{"id":"msg_s","type":"message","role":"assistant","model":"slow","content":[],"usage":{"input_tokens":1,"output_tokens":0}}})),
-        ev(0, "content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
-        ev(0, "content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}})),
+        SseEvent::anthropic_start("slow", "msg_s"),
+        SseEvent::anthropic(
+            0,
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
+        SseEvent::anthropic_text(0, 0, "x"),
     ]
     .into_iter()
-    .chain((0..40).map(|_| ev(100, "ping", json!({"type":"ping"}))))
-    .chain([ev(0, "message_stop", json!({"type":"message_stop"}))])
+    .chain((0..40).map(|_| SseEvent::anthropic(100, json!({"type":"ping"}))))
+    .chain([SseEvent::anthropic(0, json!({"type":"message_stop"}))])
     .collect();
     let chat_slow: Vec<SseEvent> = std::iter::once(SseEvent::text(0, "x"))
         .chain((0..40).map(|_| SseEvent::heartbeat(100)))
