@@ -19,6 +19,8 @@ pub mod stream_messages;
 pub mod wire;
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;
 
 use serde_json::{Map, Value};
