@@ -16,6 +16,22 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
+/// One provider with two keys, `k1` then `k2`, serving model `m`.
+pub const ONE_PROVIDER: &str = r#"
+[[providers]]
+id = "up"
+base_url = "{UP}"
+models = ["m"]
+[[connections]]
+id = "k1"
+provider = "up"
+api_key = "sk-one"
+[[connections]]
+id = "k2"
+provider = "up"
+api_key = "sk-two"
+"#;
+
 /// Two providers on one upstream host, one per wire format (`oai` speaks chat completions,
 /// `ant` Anthropic messages), and two combos that fall back across them: `mixed` tries
 /// `ant/failing` then `oai/tools`, `mixed-back` tries `oai/failing` then `ant/tools`.
