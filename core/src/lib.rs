@@ -15,6 +15,7 @@ pub mod breaker;
 pub mod classify;
 pub mod connection;
 pub mod engine;
+pub mod exclusion;
 pub mod hint;
 pub mod lockout;
 pub mod provider_cooldown;
