@@ -5,6 +5,7 @@
 //! every event arrives and at every step; a run is replayable from its seed.
 
 pub mod check;
+mod client;
 pub mod net;
 pub mod report;
 pub mod svg;

@@ -1,0 +1,76 @@
+//! A simulated client: one request of the workload, sent the way the client's API sends it,
+//! and the answer read the way that client reads it.
+
+use crate::check::Outcome;
+use crate::net::SimConnector;
+use crate::world::{GATEWAY_PORT, SIM_CLIENT_KEY, ms, sim_now};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use scenarios::scenario::Workload;
+
+pub(crate) async fn request(
+    http: &Client<SimConnector, Full<Bytes>>,
+    w: &Workload,
+    client: String,
+    seq: u64,
+    issued_ms: u64,
+) -> Outcome {
+    let path = if w.anthropic { "/v1/messages" } else { "/v1/chat/completions" };
+    let mut body = serde_json::json!({"model": w.model, "stream": w.stream, "messages": [{"role": "user", "content": format!("request {seq} from {client}")}]});
+    if w.anthropic {
+        body["max_tokens"] = 64.into();
+    }
+    let mut b = http::Request::post(format!("http://gateway:{GATEWAY_PORT}{path}"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {SIM_CLIENT_KEY}"));
+    for (k, v) in &w.headers {
+        b = b.header(k.as_str(), v.as_str());
+    }
+    let mut out = Outcome {
+        client,
+        seq,
+        issued_ms,
+        done_ms: 0,
+        status: None,
+        code: None,
+        retry_after_s: None,
+        connection: None,
+        done: false,
+        error: None,
+    };
+    let req = match b.body(Full::new(Bytes::from(body.to_string()))) {
+        Ok(r) => r,
+        Err(e) => {
+            out.error = Some(e.to_string());
+            out.done_ms = ms(sim_now());
+            return out;
+        }
+    };
+    match http.request(req).await {
+        Err(e) => out.error = Some(format!("{e:?}")),
+        Ok(resp) => {
+            out.status = Some(resp.status().as_u16());
+            let h = resp.headers();
+            out.retry_after_s = h.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+            out.connection =
+                h.get("x-ferroute-selected-connection-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            match resp.into_body().collect().await {
+                Ok(c) => {
+                    let text = String::from_utf8_lossy(&c.to_bytes()).into_owned();
+                    read_body(&text, w.anthropic, &mut out);
+                }
+                Err(e) => {
+                    out.error = Some(format!("body: {e}"));
+                }
+            }
+        }
+    }
+    out.done_ms = ms(sim_now());
+    out
+}
+
+fn read_body(text: &str, anthropic: bool, out: &mut Outcome) {
+    out.code = scenarios::answer::error_code(text);
+    out.done = scenarios::answer::stream_done_as(text, anthropic);
+}
