@@ -441,9 +441,9 @@ fn core_errors(e: CoreConfigError, prefix: &str) -> Vec<FieldError> {
 }
 
 fn add_demo(raw: &mut RawConfig) {
-    let provider = |id: &str, models: &[&str]| ProviderConfig {
+    let provider = |id: &str, format: Format, models: &[&str]| ProviderConfig {
         id: id.into(),
-        format: if id == demo::CLAUDE_PROVIDER { Format::Anthropic } else { Format::Openai },
+        format,
         base_url: demo::BASE_URL.into(),
         class: ProviderClass::Local,
         models: models.iter().map(|m| (*m).to_owned()).collect(),
@@ -458,9 +458,9 @@ fn add_demo(raw: &mut RawConfig) {
         disable_cooling: false,
         request_queue: None,
     };
-    raw.providers.push(provider(demo::PROVIDER, &["echo", "tools"]));
-    raw.providers.push(provider(demo::FLAKY_PROVIDER, &["flaky"]));
-    raw.providers.push(provider(demo::CLAUDE_PROVIDER, &["echo", "tools"]));
+    raw.providers.push(provider(demo::PROVIDER, Format::Openai, &["echo", "tools"]));
+    raw.providers.push(provider(demo::FLAKY_PROVIDER, Format::Openai, &["flaky"]));
+    raw.providers.push(provider(demo::CLAUDE_PROVIDER, Format::Anthropic, &["echo", "tools"]));
     raw.connections.push(connection("demo-1", demo::PROVIDER));
     raw.connections.push(connection("demo-flaky-1", demo::FLAKY_PROVIDER));
     raw.connections.push(connection("demo-claude-1", demo::CLAUDE_PROVIDER));

@@ -36,6 +36,9 @@ fn embedded_default_serves_the_demo() {
     assert_eq!(c.server.data_dir, "./ferroute-data");
     assert_eq!(c.server.admin_key, None);
     assert!(c.combos.iter().any(|x| x.name == demo::FLAKY_COMBO));
+    // One demo provider per wire format, so every client API reaches both offline.
+    assert_eq!(c.provider(demo::PROVIDER).map(|p| p.format), Some(Format::Openai));
+    assert_eq!(c.provider(demo::CLAUDE_PROVIDER).map(|p| p.format), Some(Format::Anthropic));
 }
 
 #[test]
