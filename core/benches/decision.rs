@@ -3,10 +3,10 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ferroute_core::classify::{ErrorInput, classify};
-use ferroute_core::engine::{AttemptOutcome, Candidate, Engine, Selection, Strategy};
+use ferroute_core::engine::{AttemptOutcome, Candidate, Engine, Route, Selection, Strategy, Traits};
 use ferroute_core::settings::ResilienceSettings;
+use ferroute_core::tried::Tried;
 use ferroute_core::types::ProviderClass;
-use std::collections::BTreeSet;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -24,23 +24,22 @@ fn decision(c: &mut Criterion) {
     let cands: Vec<Candidate<'_>> = IDS
         .iter()
         .map(|id| Candidate {
-            provider: "openai",
-            class: ProviderClass::ApiKey,
-            connection: id,
-            model: "gpt-4o",
-            family: None,
+            // Eight keys of one provider, rotated among by the provider's connection strategy.
+            traits: Traits { connection_strategy: Strategy::RoundRobin, ..Traits::default() },
+            ..Candidate::new("openai", ProviderClass::ApiKey, id, "gpt-4o")
         })
         .collect();
     let mut settings = ResilienceSettings::default();
     settings.model_lockout.enabled = true;
-    let skip = BTreeSet::new();
+    let skip = Tried::new();
 
     c.bench_function("select_classify_record_429_of_8", |b| {
         let mut engine = Engine::new(settings.clone(), 1);
         let mut now = start();
         b.iter(|| {
             now += Duration::from_millis(200);
-            if let Selection::Pick { index, ticket } = engine.select(now, &cands, Strategy::RoundRobin, &skip, "bench")
+            if let Selection::Pick { index, ticket } =
+                engine.select(now, &cands, &Route::new(Strategy::RoundRobin, "bench"), &skip)
             {
                 let outcome = AttemptOutcome::Upstream { status: 429, headers: HEADERS, body: BODY };
                 black_box(engine.record(now, &cands[index], "openai", ticket, outcome, false, false, None));
@@ -53,7 +52,9 @@ fn decision(c: &mut Criterion) {
         let mut engine = Engine::new(settings.clone(), 1);
         let now = start();
         b.iter(|| {
-            if let Selection::Pick { index, ticket } = engine.select(now, &cands, Strategy::Priority, &skip, "bench") {
+            if let Selection::Pick { index, ticket } =
+                engine.select(now, &cands, &Route::new(Strategy::Priority, "bench"), &skip)
+            {
                 black_box(engine.record(
                     now,
                     &cands[index],

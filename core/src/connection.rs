@@ -283,6 +283,23 @@ impl ConnectionState {
         }
     }
 
+    /// M13: a sibling on the same egress IP hit the shared IP-bucketed quota; cool this
+    /// connection until `until` as well. Never terminal, never over a terminal state, never
+    /// shortening a longer cooldown, never with `disable_cooling`; the backoff level is not
+    /// touched (this connection did not fail).
+    pub fn share_cooldown(&mut self, now: Instant, until: Instant, reason: Reason, disable_cooling: bool) -> Applied {
+        if disable_cooling || self.terminal.is_some() || until <= now {
+            return Applied::Unchanged;
+        }
+        if self.rate_limited_until.is_some_and(|u| u >= until) {
+            return Applied::Unchanged;
+        }
+        self.rate_limited_until = Some(until);
+        self.last_cooldown = self.last_cooldown.max(until - now);
+        self.last_error_type = Some(reason);
+        Applied::Cooldown { until, level: self.backoff_level }
+    }
+
     /// The request-rejected streak: 5 min, 15 min, then banned.
     fn refusal(&mut self, now: Instant) -> ConnectionEffect {
         let count = match self.streak {

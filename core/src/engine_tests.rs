@@ -2,17 +2,16 @@
 
 use super::*;
 use crate::testutil::t0;
+use crate::tried::Tried;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 
 fn cands<'a>(ids: &'a [&'a str]) -> Vec<Candidate<'a>> {
     ids.iter()
-        .map(|id| Candidate {
-            provider: "openai",
-            class: ProviderClass::ApiKey,
-            connection: id,
-            model: "gpt-4o",
-            family: None,
+        .enumerate()
+        .map(|(i, id)| Candidate {
+            traits: Traits { target: i, ..Traits::default() },
+            ..Candidate::new("openai", ProviderClass::ApiKey, id, "gpt-4o")
         })
         .collect()
 }
@@ -26,7 +25,7 @@ fn one_failure_opens() -> ResilienceSettings {
 }
 
 fn pick(e: &mut Engine, now: Instant, c: &[Candidate<'_>], strategy: Strategy) -> (usize, Ticket) {
-    match e.select(now, c, strategy, &BTreeSet::new(), "k") {
+    match e.select(now, c, &Route::new(strategy, "k"), &Tried::new()) {
         Selection::Pick { index, ticket } => (index, ticket),
         other => panic!("expected a pick, got {other:?}"),
     }
@@ -64,7 +63,7 @@ fn provider_failures_open_the_breaker_and_everything_is_excluded() {
         now += Duration::from_millis(10);
     }
     assert_eq!(e.breaker_state(now, "openai"), BreakerState::Open);
-    match e.select(now, &c, Strategy::Priority, &BTreeSet::new(), "k") {
+    match e.select(now, &c, &Route::new(Strategy::Priority, "k"), &Tried::new()) {
         Selection::NoneEligible(ex) => {
             assert_eq!(ex.len(), 2);
             assert!(ex.iter().all(|x| x.reason == ExclusionReason::CircuitOpen
@@ -80,7 +79,7 @@ fn provider_failures_open_the_breaker_and_everything_is_excluded() {
     let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
     assert!(t.is_probe());
     assert!(
-        matches!(e.select(now, &c, Strategy::Priority, &BTreeSet::new(), "k"), Selection::NoneEligible(_)),
+        matches!(e.select(now, &c, &Route::new(Strategy::Priority, "k"), &Tried::new()), Selection::NoneEligible(_)),
         "one probe at a time"
     );
     e.record(now, &c[i], "openai", t, AttemptOutcome::Success, false, false, None);
@@ -118,8 +117,9 @@ fn skip_and_terminal_exclusions_are_not_timers() {
     let c = cands(&["k1", "k2"]);
     let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
     e.record(now, &c[i], "openai", t, upstream(401, "invalid api key"), false, false, None);
-    let skip: BTreeSet<String> = ["k2".to_owned()].into();
-    match e.select(now, &c, Strategy::Priority, &skip, "k") {
+    let mut skip = Tried::new();
+    skip.failed(1, "k2", None);
+    match e.select(now, &c, &Route::new(Strategy::Priority, "k"), &skip) {
         Selection::NoneEligible(ex) => {
             assert_eq!(ex[0].reason, ExclusionReason::Terminal(TerminalState::Expired));
             assert_eq!(ex[1].reason, ExclusionReason::Skipped);
@@ -263,8 +263,8 @@ fn refusals_follow_the_exclusions() {
     );
     // Two providers' breakers open: not one provider's fault.
     let mixed = vec![
-        Candidate { provider: "a", class: ProviderClass::ApiKey, connection: "a1", model: "m", family: None },
-        Candidate { provider: "b", class: ProviderClass::ApiKey, connection: "b1", model: "m", family: None },
+        Candidate::new("a", ProviderClass::ApiKey, "a1", "m"),
+        Candidate::new("b", ProviderClass::ApiKey, "b1", "m"),
     ];
     assert_eq!(
         refusal(&mixed, &two(ex(ExclusionReason::CircuitOpen, 9), ex(ExclusionReason::CircuitOpen, 5)), true),

@@ -20,8 +20,11 @@ pub enum ExclusionReason {
     ModelLockout,
     /// The connection is terminal (not a timer).
     Terminal(TerminalState),
-    /// The caller asked to skip it (already tried in this request).
+    /// Already tried in this request, or its connection was exhausted by a connection-level
+    /// failure earlier in this request.
     Skipped,
+    /// The request offers more tools than this provider/model was found to accept.
+    ToolLimit,
 }
 
 impl ExclusionReason {
@@ -34,6 +37,7 @@ impl ExclusionReason {
             ExclusionReason::ModelLockout => "model_lockout",
             ExclusionReason::Terminal(t) => t.as_str(),
             ExclusionReason::Skipped => "skipped",
+            ExclusionReason::ToolLimit => "tool_limit",
         }
     }
 
@@ -72,6 +76,11 @@ pub enum Selection {
     },
     /// Nothing is eligible.
     NoneEligible(Vec<Exclusion>),
+    /// The request has spent its retry budget (`[resilience.routing] max_attempts`).
+    BudgetSpent {
+        /// Attempts made.
+        attempts: u32,
+    },
 }
 
 /// What a request gets when nothing was eligible and nothing was tried. The shell turns it

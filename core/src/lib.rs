@@ -19,9 +19,12 @@ pub mod exclusion;
 pub mod hint;
 pub mod lockout;
 pub mod provider_cooldown;
+pub mod quota;
 pub mod restate;
 pub mod rules;
 pub mod settings;
+pub mod strategy;
+pub mod tried;
 pub mod types;
 pub mod watchdog;
 

@@ -83,6 +83,10 @@ pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Re
         "connections": connections,
         "model_lockouts": lockouts,
         "queues": queues,
+        "emergency_fallback": {
+            "target": gw.config.emergency_fallback.target,
+            "enabled": gw.emergency.load(std::sync::atomic::Ordering::Relaxed),
+        },
     });
     json_response(200, body.to_string())
 }
@@ -136,6 +140,54 @@ pub async fn clear_lockouts<C: Connect + Clone + Send + Sync + 'static>(
     };
     json_response(200, serde_json::json!({"ok": true, "removed": removed}).to_string())
 }
+
+/// `GET|POST /api/resilience/emergency-fallback`: read or switch the M16 emergency target
+/// (`{"enabled": true|false}`); the choice is stored and survives a restart.
+pub async fn emergency<C: Connect + Clone + Send + Sync + 'static>(
+    gw: Arc<Gateway<C>>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let ordering = std::sync::atomic::Ordering::Relaxed;
+    if req.method() == http::Method::POST {
+        let body =
+            match read_json(req, 64 * 1024, std::time::Duration::from_millis(gw.config.server.body_read_timeout_ms))
+                .await
+            {
+                Ok((_, b)) => b,
+                Err(e) => return e.into_response(),
+            };
+        let Some(enabled) = body.get("enabled").and_then(|v| v.as_bool()) else {
+            return ProxyError::bad_request("missing_enabled", "send {\"enabled\": true} or {\"enabled\": false}")
+                .into_response();
+        };
+        if enabled && gw.config.emergency_fallback.target.is_none() {
+            return ProxyError::bad_request(
+                "no_emergency_target",
+                "no [emergency_fallback] target is configured; add one to the config first",
+            )
+            .into_response();
+        }
+        gw.emergency.store(enabled, ordering);
+        if let Some(store) = &gw.store
+            && let Err(e) =
+                store.save_setting(EMERGENCY_SETTING, if enabled { "true" } else { "false" }, gw.clock.wall_now_ms())
+        {
+            tracing::error!(error = %e, "could not persist the emergency-fallback switch");
+        }
+        tracing::warn!(enabled, target = ?gw.config.emergency_fallback.target, "operator switched the emergency fallback");
+    }
+    json_response(
+        200,
+        serde_json::json!({
+            "target": gw.config.emergency_fallback.target,
+            "enabled": gw.emergency.load(ordering),
+        })
+        .to_string(),
+    )
+}
+
+/// The store key of the emergency switch.
+pub const EMERGENCY_SETTING: &str = "emergency_fallback.enabled";
 
 /// `GET /v1/models`.
 pub fn models<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, anthropic: bool) -> Response<Body> {

@@ -3,6 +3,7 @@
 
 use ferroute_core::admission::QueueOverride;
 use ferroute_core::settings::{ConfigError as CoreConfigError, FieldError, ResilienceSettings};
+use ferroute_core::strategy::Strategy;
 use ferroute_core::types::ProviderClass;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -118,6 +119,21 @@ pub struct ProviderConfig {
     /// Time allowed until response headers; none by default (the execution budget applies).
     #[serde(default)]
     pub start_timeout_ms: Option<u64>,
+    /// How to choose among this provider's connections: priority (config order, the
+    /// default), weighted, fill-first, round-robin, p2c, random, least-used, strict-random.
+    #[serde(default)]
+    pub connection_strategy: Option<String>,
+    /// M13: the free tier is bucketed by source IP, so a quota or rate-limit 429 on one
+    /// connection cools every sibling connection that leaves from the same egress IP.
+    #[serde(default)]
+    pub egress_ip_lock: bool,
+}
+
+impl ProviderConfig {
+    /// The parsed `connection_strategy` (priority when absent; validation rejects others).
+    pub fn connection_strategy(&self) -> Strategy {
+        self.connection_strategy.as_deref().and_then(Strategy::parse).unwrap_or_default()
+    }
 }
 
 fn default_format() -> Format {
@@ -155,20 +171,86 @@ pub struct ConnectionConfig {
     /// Per-connection queue overrides.
     #[serde(default)]
     pub request_queue: Option<QueueOverride>,
+    /// Weight among the provider's connections (`connection_strategy = "weighted"`; 1).
+    #[serde(default)]
+    pub weight: Option<u32>,
+    /// M13: the source IP this connection's requests leave from, when known (siblings with
+    /// the same IP share an IP-bucketed quota). Without it the last observed local address is
+    /// used.
+    #[serde(default)]
+    pub egress_ip: Option<String>,
 }
 
 /// `[[combos]]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ComboConfig {
     /// Name clients ask for as `model`.
     pub name: String,
-    /// `priority`, `round-robin` or `random`.
-    #[serde(default = "default_strategy")]
+    /// One of the M15 strategies (`priority` by default).
     pub strategy: String,
-    /// `provider/model` targets in order.
-    pub targets: Vec<String>,
+    /// Targets in order.
+    pub targets: Vec<ComboTarget>,
+    /// How many targets the file lists (unreadable ones are reported and left out).
+    #[serde(skip)]
+    pub declared_targets: usize,
 }
+
+/// One combo target: `provider/model` or another combo's name, written as a string or as an
+/// inline table `{ target = "q/m2", weight = 3, connection = "q-1", cost = 0.5,
+/// context_window = 200000 }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComboTarget {
+    /// `provider/model` or a combo name.
+    pub target: String,
+    /// Weight for `weighted` (default 1, 0 – 1000).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Pin: only this connection serves the target.
+    #[serde(default)]
+    pub connection: Option<String>,
+    /// Declared cost (any unit, lower is cheaper) for `cost-optimized` and `auto`.
+    #[serde(default)]
+    pub cost: Option<f64>,
+    /// Declared context window in tokens for `context-optimized`.
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// Its position in the file's `targets` list (for error messages).
+    #[serde(skip)]
+    pub position: usize,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `[[combos]]` as written: targets are strings or tables, checked field by field.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCombo {
+    name: String,
+    #[serde(default = "default_strategy")]
+    strategy: String,
+    #[serde(default)]
+    targets: Vec<toml::Value>,
+}
+
+/// `[emergency_fallback]` (M16): a target used once when every target of a combo failed or
+/// is excluded. Operators switch it at runtime (`POST /api/resilience/emergency-fallback`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmergencyConfig {
+    /// `provider/model`.
+    pub target: Option<String>,
+    /// Whether it starts switched on (off by default: an emergency target is a deliberate act).
+    pub enabled: bool,
+}
+
+/// The multi-call strategies, named so that a config asking for one gets a clear refusal.
+const MULTI_CALL: [&str; 3] = ["fusion", "pipeline", "context-relay"];
+
+/// Deepest combo nesting (a combo naming a combo naming a combo).
+pub const MAX_COMBO_DEPTH: usize = 3;
 
 fn default_strategy() -> String {
     "priority".into()
@@ -181,7 +263,8 @@ struct RawConfig {
     keys: Vec<KeyConfig>,
     providers: Vec<ProviderConfig>,
     connections: Vec<ConnectionConfig>,
-    combos: Vec<ComboConfig>,
+    combos: Vec<RawCombo>,
+    emergency_fallback: EmergencyConfig,
     resilience: Option<toml::Value>,
 }
 
@@ -198,6 +281,10 @@ pub struct Config {
     pub connections: Vec<ConnectionConfig>,
     /// Combos.
     pub combos: Vec<ComboConfig>,
+    /// M16 emergency fallback.
+    pub emergency_fallback: EmergencyConfig,
+    /// Problems that do not stop the gateway (a provider without connections), for the log.
+    pub warnings: Vec<String>,
     /// `[resilience]` over the environment's defaults.
     pub resilience: ResilienceSettings,
     /// Whether the built-in demo provider was added (no provider configured).
@@ -295,15 +382,19 @@ impl Config {
                 ..c.clone()
             })
             .collect();
-        let config = Config {
+        let combos = raw.combos.iter().enumerate().map(|(i, c)| combo(i, c, &mut errors)).collect();
+        let mut config = Config {
             server: ServerConfig { admin_key, ..raw.server },
             keys,
             providers: raw.providers,
             connections,
-            combos: raw.combos,
+            combos,
+            emergency_fallback: raw.emergency_fallback,
+            warnings: Vec::new(),
             resilience,
             demo,
         };
+        config.warnings = config.warnings();
         config.validate_into(&mut errors);
         if errors.is_empty() { Ok(config) } else { Err(ConfigError(errors)) }
     }
@@ -360,8 +451,17 @@ impl Config {
                 Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {}
                 _ => errors.push(err(f("base_url"), format!("{:?} is not an http(s) URL", p.base_url))),
             }
-            if !self.connections.iter().any(|c| c.provider == p.id) {
-                errors.push(err(f("id"), format!("provider {:?} has no [[connections]]", p.id)));
+            if let Some(cs) = &p.connection_strategy {
+                match Strategy::parse(cs) {
+                    Some(s) if s.for_connections() => {}
+                    _ => errors.push(err(
+                        f("connection_strategy"),
+                        format!(
+                            "{cs:?} is not a connection strategy ({})",
+                            Strategy::FOR_CONNECTIONS.map(|s| s.as_str()).join(", ")
+                        ),
+                    )),
+                }
             }
             if p.start_timeout_ms == Some(0) {
                 errors.push(err(f("start_timeout_ms"), "must be positive when set"));
@@ -382,6 +482,14 @@ impl Config {
                     errors.push(err(f("api_key"), format!("provider {:?} is not local and needs a credential", p.id)));
                 }
                 Some(_) => {}
+            }
+            if let Some(ip) = &c.egress_ip
+                && ip.parse::<std::net::IpAddr>().is_err()
+            {
+                errors.push(err(f("egress_ip"), format!("{ip:?} is not an IP address")));
+            }
+            if c.weight.is_some_and(|w| w > 1000) {
+                errors.push(err(f("weight"), "is out of range (allowed 0..=1000)"));
             }
             if c.max_concurrent == Some(0) {
                 errors.push(err(f("max_concurrent"), "must be at least 1 (leave it out for unlimited)"));
@@ -408,29 +516,144 @@ impl Config {
             if !combos.insert(c.name.clone()) {
                 errors.push(err(f("name"), format!("duplicate combo name {:?}", c.name)));
             }
-            if !matches!(c.strategy.as_str(), "priority" | "round-robin" | "random") {
+            if MULTI_CALL.contains(&c.strategy.as_str()) {
                 errors.push(err(
                     f("strategy"),
-                    format!("{:?} is not supported (priority, round-robin, random)", c.strategy),
+                    format!(
+                        "{:?} is a multi-call strategy, which Ferroute does not run; use a routing strategy",
+                        c.strategy
+                    ),
+                ));
+            } else if Strategy::parse(&c.strategy).is_none() {
+                errors.push(err(
+                    f("strategy"),
+                    format!("{:?} is not a strategy ({})", c.strategy, Strategy::ALL.map(|s| s.as_str()).join(", ")),
                 ));
             }
-            if c.targets.is_empty() {
-                errors.push(err(f("targets"), "must list at least one provider/model"));
+            if c.targets.is_empty() && c.declared_targets == 0 {
+                errors.push(err(f("targets"), "must list at least one provider/model or combo"));
             }
             for t in &c.targets {
-                match t.split_once('/') {
-                    Some((p, m)) if !m.is_empty() && self.providers.iter().any(|x| x.id == p) => {}
-                    _ => errors
-                        .push(err(f("targets"), format!("{t:?} is not provider/model with a configured provider"))),
+                let j = t.position;
+                let f = |x: &str| format!("combos[{i}].targets[{j}]{x}");
+                let nested = self.combos.iter().any(|x| x.name == t.target);
+                if nested {
+                    if t.connection.is_some() {
+                        errors.push(err(f(".connection"), "a combo target cannot pin a connection"));
+                    }
+                } else {
+                    match t.target.split_once('/') {
+                        Some((p, m)) if !m.is_empty() && self.provider(p).is_some() => {
+                            if let Some(pin) = &t.connection
+                                && !self.connections.iter().any(|x| &x.id == pin && x.provider == p)
+                            {
+                                errors.push(err(
+                                    f(".connection"),
+                                    format!("{pin:?} is not a connection of provider {p:?}"),
+                                ));
+                            }
+                        }
+                        _ => errors.push(err(
+                            f(""),
+                            format!("{:?} is neither provider/model with a configured provider nor a combo", t.target),
+                        )),
+                    }
+                }
+                if t.weight > 1000 {
+                    errors.push(err(f(".weight"), "is out of range (allowed 0..=1000)"));
+                }
+                if t.cost.is_some_and(|x| !x.is_finite() || x < 0.0) {
+                    errors.push(err(f(".cost"), "must be a finite number, at least 0"));
+                }
+                if t.context_window == Some(0) {
+                    errors.push(err(f(".context_window"), "must be positive when set"));
                 }
             }
+            match self.combo_depth(&c.name, &mut Vec::new()) {
+                Err(cycle) => {
+                    errors.push(err(f("targets"), format!("combos name each other in a cycle: {}", cycle.join(" -> "))))
+                }
+                Ok(d) if d > MAX_COMBO_DEPTH => errors
+                    .push(err(f("targets"), format!("combos nest {d} deep; at most {MAX_COMBO_DEPTH} are allowed"))),
+                Ok(_) => {}
+            }
         }
+        if let Some(t) = &self.emergency_fallback.target {
+            match t.split_once('/') {
+                Some((p, m)) if !m.is_empty() && self.provider(p).is_some() => {}
+                _ => errors.push(err(
+                    "emergency_fallback.target",
+                    format!("{t:?} is not provider/model with a configured provider"),
+                )),
+            }
+        } else if self.emergency_fallback.enabled {
+            errors.push(err("emergency_fallback.enabled", "needs a target"));
+        }
+    }
+
+    /// How deep a combo nests (1: only provider targets); `Err` names a cycle.
+    pub fn combo_depth(&self, name: &str, path: &mut Vec<String>) -> Result<usize, Vec<String>> {
+        if path.iter().any(|p| p == name) {
+            let mut cycle = path.clone();
+            cycle.push(name.to_owned());
+            return Err(cycle);
+        }
+        let Some(c) = self.combos.iter().find(|c| c.name == name) else { return Ok(0) };
+        path.push(name.to_owned());
+        let mut deepest = 0;
+        for t in &c.targets {
+            if self.combos.iter().any(|x| x.name == t.target) {
+                deepest = deepest.max(self.combo_depth(&t.target, path)?);
+            }
+        }
+        path.pop();
+        Ok(deepest + 1)
+    }
+
+    /// Problems that do not stop the gateway.
+    fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in &self.providers {
+            if !self.connections.iter().any(|c| c.provider == p.id) {
+                out.push(format!(
+                    "provider {:?} has no [[connections]]: requests for it answer 404 no_executable_targets until one is added",
+                    p.id
+                ));
+            }
+        }
+        out
     }
 
     /// The provider of a connection.
     pub fn provider(&self, id: &str) -> Option<&ProviderConfig> {
         self.providers.iter().find(|p| p.id == id)
     }
+}
+
+/// Reads one `[[combos]]` entry; targets that are neither a string nor a table are named.
+fn combo(i: usize, raw: &RawCombo, errors: &mut Vec<FieldError>) -> ComboConfig {
+    let mut targets = Vec::new();
+    for (j, v) in raw.targets.iter().enumerate() {
+        match v {
+            toml::Value::String(s) => targets.push(ComboTarget {
+                target: s.clone(),
+                weight: 1,
+                connection: None,
+                cost: None,
+                context_window: None,
+                position: j,
+            }),
+            toml::Value::Table(_) => match v.clone().try_into::<ComboTarget>() {
+                Ok(t) => targets.push(ComboTarget { position: j, ..t }),
+                Err(e) => errors.push(err(format!("combos[{i}].targets[{j}]"), e.to_string().trim().to_owned())),
+            },
+            other => errors.push(err(
+                format!("combos[{i}].targets[{j}]"),
+                format!("must be \"provider/model\" or a table with `target`, not a {}", other.type_str()),
+            )),
+        }
+    }
+    ComboConfig { name: raw.name.clone(), strategy: raw.strategy.clone(), targets, declared_targets: raw.targets.len() }
 }
 
 fn core_errors(e: CoreConfigError, prefix: &str) -> Vec<FieldError> {
@@ -449,6 +672,8 @@ fn add_demo(raw: &mut RawConfig) {
         models: models.iter().map(|m| (*m).to_owned()).collect(),
         profile: None,
         start_timeout_ms: None,
+        connection_strategy: None,
+        egress_ip_lock: false,
     };
     let connection = |id: &str, provider: &str| ConnectionConfig {
         id: id.into(),
@@ -457,6 +682,8 @@ fn add_demo(raw: &mut RawConfig) {
         max_concurrent: None,
         disable_cooling: false,
         request_queue: None,
+        weight: None,
+        egress_ip: None,
     };
     raw.providers.push(provider(demo::PROVIDER, Format::Openai, &["echo", "tools"]));
     raw.providers.push(provider(demo::FLAKY_PROVIDER, Format::Openai, &["flaky"]));
@@ -464,10 +691,10 @@ fn add_demo(raw: &mut RawConfig) {
     raw.connections.push(connection("demo-1", demo::PROVIDER));
     raw.connections.push(connection("demo-flaky-1", demo::FLAKY_PROVIDER));
     raw.connections.push(connection("demo-claude-1", demo::CLAUDE_PROVIDER));
-    raw.combos.push(ComboConfig {
+    raw.combos.push(RawCombo {
         name: demo::FLAKY_COMBO.into(),
         strategy: "priority".into(),
-        targets: vec![format!("{}/flaky", demo::FLAKY_PROVIDER)],
+        targets: vec![toml::Value::String(format!("{}/flaky", demo::FLAKY_PROVIDER))],
     });
 }
 

@@ -107,7 +107,7 @@ provider = "dup"
 max_concurrent = 0
 [[combos]]
 name = "x"
-strategy = "weighted"
+strategy = "fusion"
 targets = ["missing/model", "nomodel"]
 [[combos]]
 name = "x"
@@ -121,13 +121,13 @@ base_cooldown_ms = -1
         "server.max_body_bytes",
         "providers[0].id",
         "providers[0].base_url",
-        "providers[2].id",
         "connections[0].provider",
         "connections[1].id",
         "connections[1].api_key",
         "connections[1].max_concurrent",
         "combos[0].strategy",
-        "combos[0].targets",
+        "combos[0].targets[0]",
+        "combos[0].targets[1]",
         "combos[1].name",
         "resilience.model_lockout.base_cooldown_ms",
     ] {
@@ -147,4 +147,96 @@ fn environment_settings_are_defaults_the_file_overrides() {
     let bad = vec![("FERROUTE_RATE_LIMIT_MAX_WAIT_MS".to_owned(), "soon".to_owned())];
     let err = Config::from_toml_str("", &no_env, &bad).expect_err("bad env");
     assert_eq!(err.0[0].field, "FERROUTE_RATE_LIMIT_MAX_WAIT_MS");
+}
+
+const TWO_PROVIDERS: &str = r#"
+[[providers]]
+id = "p"
+base_url = "http://p.invalid/v1"
+class = "local"
+connection_strategy = "round-robin"
+[[providers]]
+id = "q"
+base_url = "http://q.invalid/v1"
+class = "local"
+[[connections]]
+id = "p-1"
+provider = "p"
+[[connections]]
+id = "p-2"
+provider = "p"
+weight = 3
+egress_ip = "10.0.0.7"
+"#;
+
+#[test]
+fn a_provider_without_connections_is_a_warning_not_an_error() {
+    let c = parse(TWO_PROVIDERS).expect("loads");
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(c.warnings[0].contains("\"q\"") && c.warnings[0].contains("no_executable_targets"), "{:?}", c.warnings);
+}
+
+#[test]
+fn combo_targets_are_strings_or_tables_and_every_strategy_parses() {
+    for s in ferroute_core::strategy::Strategy::ALL {
+        let text = format!(
+            "{TWO_PROVIDERS}\n[[combos]]\nname = \"c\"\nstrategy = \"{}\"\ntargets = [\"p/m1\", {{ target = \"q/m2\", weight = 3, cost = 0.5, context_window = 200000 }}, {{ target = \"p/m3\", connection = \"p-2\" }}]\n",
+            s.as_str()
+        );
+        let c = parse(&text).unwrap_or_else(|e| panic!("{}: {e}", s.as_str()));
+        let t = &c.combos[0].targets;
+        assert_eq!((t[0].target.as_str(), t[0].weight), ("p/m1", 1));
+        assert_eq!((t[1].weight, t[1].cost, t[1].context_window), (3, Some(0.5), Some(200_000)));
+        assert_eq!(t[2].connection.as_deref(), Some("p-2"));
+    }
+    assert_eq!(c_strategy(TWO_PROVIDERS), ferroute_core::strategy::Strategy::RoundRobin);
+}
+
+fn c_strategy(text: &str) -> ferroute_core::strategy::Strategy {
+    parse(text).expect("valid").providers[0].connection_strategy()
+}
+
+#[test]
+fn bad_targets_nesting_and_cycles_are_named() {
+    let got = fields(parse(&format!(
+        r#"{TWO_PROVIDERS}
+[[combos]]
+name = "a"
+targets = ["b", 7, {{ target = "p/m", weight = 5000, connection = "q-9", extra = 1 }}, {{ target = "p/m", connection = "nope" }}]
+[[combos]]
+name = "b"
+targets = ["a"]
+[[combos]]
+name = "c"
+strategy = "nonsense"
+targets = []
+[emergency_fallback]
+target = "nowhere"
+"#
+    )));
+    for f in [
+        "combos[0].targets[1]",
+        "combos[0].targets[2]",
+        "combos[0].targets[3].connection",
+        "combos[0].targets",
+        "combos[1].targets",
+        "combos[2].strategy",
+        "combos[2].targets",
+        "emergency_fallback.target",
+    ] {
+        assert!(got.iter().any(|g| g == f), "{f} missing from {got:?}");
+    }
+    let bad_conn_strategy =
+        TWO_PROVIDERS.replace("connection_strategy = \"round-robin\"", "connection_strategy = \"auto\"");
+    assert_eq!(fields(parse(&bad_conn_strategy)), vec!["providers[0].connection_strategy"]);
+}
+
+#[test]
+fn nesting_deeper_than_three_is_refused() {
+    let ok = format!(
+        "{TWO_PROVIDERS}\n[[combos]]\nname = \"c1\"\ntargets = [\"p/m\"]\n[[combos]]\nname = \"c2\"\ntargets = [\"c1\"]\n[[combos]]\nname = \"c3\"\ntargets = [\"c2\"]\n"
+    );
+    parse(&ok).expect("three deep is allowed");
+    let deep = format!("{ok}[[combos]]\nname = \"c4\"\ntargets = [\"c3\"]\n");
+    assert_eq!(fields(parse(&deep)), vec!["combos[3].targets"]);
 }

@@ -128,7 +128,13 @@ impl ProxyError {
         };
         error.insert("type".into(), kind.into());
         error.insert("code".into(), self.code.into());
-        let secs = self.retry_after.map(retry_after_secs);
+        // Every 429 tells the client when to come back: callers set the precise time; one
+        // that knows none (a full local queue) still says 1 s rather than nothing.
+        let retry_after = match (self.status, self.retry_after) {
+            (429, None) => Some(Duration::from_secs(1)),
+            (_, r) => r,
+        };
+        let secs = retry_after.map(retry_after_secs);
         if let Some(s) = secs {
             error.insert("retry_after".into(), s.into());
         }

@@ -2,12 +2,12 @@
 //! the store, metrics and the upstream client.
 
 use crate::clock::{Clock, ms};
-use crate::config::{ComboConfig, Config, ConnectionConfig, ProviderConfig};
+use crate::config::{ComboConfig, Config, ConnectionConfig, MAX_COMBO_DEPTH, ProviderConfig};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError, age_breaker, age_connection};
 use bytes::Bytes;
 use ferroute_core::admission::{AdmissionQueue, Enter, FailMode, Permit, QueueLimits, QueueRejection, WaitExpiry};
-use ferroute_core::engine::{Candidate, Engine, Event, Strategy};
+use ferroute_core::engine::{Candidate, Engine, Event, Strategy, Traits};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::Connect;
@@ -29,8 +29,15 @@ pub struct Target {
     pub connection: usize,
     /// The model sent upstream.
     pub model: String,
-    /// Position of the combo target it came from (0 for direct requests).
+    /// Position of the combo target it came from (0 for direct requests); nested combos
+    /// are flattened, so this counts the leaves.
     pub target_index: usize,
+    /// The target's weight (a nested combo's targets: the product along the path).
+    pub weight: u32,
+    /// Declared cost.
+    pub cost: Option<f64>,
+    /// Declared context window.
+    pub context_window: Option<u64>,
 }
 
 /// How a request's `model` resolved.
@@ -44,6 +51,8 @@ pub struct Plan {
     pub combo: bool,
     /// Round-robin cursor name.
     pub key: String,
+    /// Targets (provider/model leaves) the combo names, connections or not.
+    pub pool: Vec<String>,
 }
 
 /// Something the gateway did, as an observer (the simulation's checkers) sees it.
@@ -57,6 +66,15 @@ pub enum Observed<'a> {
         provider: &'a str,
         /// Connection id.
         connection: &'a str,
+        /// The model sent upstream.
+        model: &'a str,
+    },
+    /// A combo request waits for a cooldown before dispatching its set again (M8).
+    ComboWait {
+        /// The combo.
+        combo: &'a str,
+        /// How long.
+        wait: Duration,
     },
     /// A stream relay started.
     StreamStarted,
@@ -88,6 +106,11 @@ pub struct Gateway<C> {
     pub client: UpstreamClient<C>,
     /// Resolved base URLs by provider index.
     pub base_urls: Vec<String>,
+    connection_strategies: Vec<Strategy>,
+    /// M16: whether the emergency target is switched on (operators flip it at runtime).
+    pub emergency: std::sync::atomic::AtomicBool,
+    /// M13: the egress IP last observed per connection index.
+    pub egress: Mutex<BTreeMap<usize, std::net::IpAddr>>,
     tap: Option<Tap>,
     ids: std::sync::atomic::AtomicU64,
 }
@@ -114,7 +137,12 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             .build(connector);
         let base_urls = config.providers.iter().map(|p| p.base_url.trim_end_matches('/').to_owned()).collect();
         let engine = Engine::new(config.resilience.clone(), seed);
+        let connection_strategies = config.providers.iter().map(|p| p.connection_strategy()).collect();
+        let emergency = std::sync::atomic::AtomicBool::new(config.emergency_fallback.enabled);
         let gw = Gateway {
+            connection_strategies,
+            emergency,
+            egress: Mutex::new(BTreeMap::new()),
             config,
             engine: Mutex::new(engine),
             queues: Mutex::new(BTreeMap::new()),
@@ -147,6 +175,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             }
         }
         drop(engine);
+        if self.config.emergency_fallback.target.is_some()
+            && let Some(v) = store.setting(crate::admin::EMERGENCY_SETTING)?
+        {
+            self.emergency.store(v == "true", std::sync::atomic::Ordering::Relaxed);
+        }
         let settings = serde_json::to_string(&self.config.resilience).unwrap_or_default();
         store.save_setting("resilience.effective", &settings, wall)?;
         Ok(())
@@ -251,29 +284,97 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         let pi = cfg.providers.iter().position(|p| p.id == provider).unwrap_or(0);
         let targets = self
             .connections_of(pi)
-            .map(|ci| Target { provider: pi, connection: ci, model: upstream_model.clone(), target_index: 0 })
+            .map(|ci| Target {
+                provider: pi,
+                connection: ci,
+                model: upstream_model.clone(),
+                target_index: 0,
+                weight: 1,
+                cost: None,
+                context_window: None,
+            })
             .collect();
-        Ok(Plan { targets, strategy: Strategy::Priority, combo: false, key: model.to_owned() })
+        Ok(Plan {
+            targets,
+            strategy: Strategy::Priority,
+            combo: false,
+            key: model.to_owned(),
+            pool: vec![format!("{provider}/{upstream_model}")],
+        })
     }
 
     fn combo_plan(&self, combo: &ComboConfig) -> Plan {
-        let mut targets = Vec::new();
-        for (ti, t) in combo.targets.iter().enumerate() {
-            let Some((p, m)) = t.split_once('/') else { continue };
+        let mut plan = Plan {
+            targets: Vec::new(),
+            strategy: Strategy::parse(&combo.strategy).unwrap_or_default(),
+            combo: true,
+            key: combo.name.clone(),
+            pool: Vec::new(),
+        };
+        self.flatten(combo, 1, 1, &mut plan);
+        plan
+    }
+
+    /// Appends a combo's targets to `plan`, a nested combo's targets in its own listed order
+    /// at the place it is named (validation refused cycles and nesting past the limit; the
+    /// depth check here only guards the recursion).
+    fn flatten(&self, combo: &ComboConfig, depth: usize, weight: u32, plan: &mut Plan) {
+        for t in &combo.targets {
+            let w = weight.saturating_mul(t.weight);
+            if let Some(inner) = self.config.combos.iter().find(|c| c.name == t.target) {
+                if depth < MAX_COMBO_DEPTH {
+                    self.flatten(inner, depth + 1, w, plan);
+                }
+                continue;
+            }
+            let Some((p, m)) = t.target.split_once('/') else { continue };
             let Some(pi) = self.config.providers.iter().position(|x| x.id == p) else { continue };
-            targets.extend(self.connections_of(pi).map(|ci| Target {
+            let index = plan.pool.len();
+            plan.pool.push(t.target.clone());
+            let pinned = t.connection.as_deref();
+            let conns: Vec<usize> = self
+                .connections_of(pi)
+                .filter(|ci| pinned.is_none_or(|pin| self.config.connections[*ci].id == pin))
+                .collect();
+            plan.targets.extend(conns.into_iter().map(|ci| Target {
                 provider: pi,
                 connection: ci,
                 model: m.to_owned(),
-                target_index: ti,
+                target_index: index,
+                weight: w,
+                cost: t.cost,
+                context_window: t.context_window,
             }));
         }
-        let strategy = match combo.strategy.as_str() {
-            "round-robin" => Strategy::RoundRobin,
-            "random" => Strategy::Random,
-            _ => Strategy::Priority,
-        };
-        Plan { targets, strategy, combo: true, key: combo.name.clone() }
+    }
+
+    /// M16: the emergency target as a plan of its own, when it is configured and switched on.
+    pub fn emergency_plan(&self, key: &str) -> Option<Plan> {
+        if !self.emergency.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let target = self.config.emergency_fallback.target.as_deref()?;
+        let (p, m) = target.split_once('/')?;
+        let pi = self.config.providers.iter().position(|x| x.id == p)?;
+        let targets: Vec<Target> = self
+            .connections_of(pi)
+            .map(|ci| Target {
+                provider: pi,
+                connection: ci,
+                model: m.to_owned(),
+                target_index: 0,
+                weight: 1,
+                cost: None,
+                context_window: None,
+            })
+            .collect();
+        Some(Plan {
+            targets,
+            strategy: Strategy::Priority,
+            combo: true,
+            key: format!("{key}#emergency"),
+            pool: vec![target.to_owned()],
+        })
     }
 
     fn connections_of(&self, provider: usize) -> impl Iterator<Item = usize> + '_ {
@@ -289,7 +390,22 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// A core candidate for a target.
     pub fn candidate<'a>(&'a self, t: &'a Target) -> Candidate<'a> {
         let (p, c) = self.parts(t);
-        Candidate { provider: &p.id, class: p.class, connection: &c.id, model: &t.model, family: None }
+        Candidate {
+            provider: &p.id,
+            class: p.class,
+            connection: &c.id,
+            model: &t.model,
+            family: None,
+            traits: Traits {
+                target: t.target_index,
+                weight: t.weight,
+                cost: t.cost,
+                context_window: t.context_window,
+                connection_strategy: self.connection_strategies[t.provider],
+                connection_weight: c.weight.unwrap_or(1),
+                max_concurrent: c.max_concurrent.filter(|_| self.config.resilience.quota_share.enabled),
+            },
+        }
     }
 
     /// Waits for a slot in queue `key`. Dropping the returned future (client gone) gives its

@@ -69,6 +69,9 @@ fn main() -> std::process::ExitCode {
         Some(Command::CheckConfig { file }) => {
             return match load(Some(file)) {
                 Ok(c) => {
+                    for w in &c.warnings {
+                        println!("warning: {w}");
+                    }
                     println!(
                         "{}: ok ({} providers, {} connections, {} combos)",
                         file.display(),
@@ -110,6 +113,9 @@ fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut config = load(cli.config.as_ref())?;
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
     if let Some(l) = cli.listen {
         config.server.listen = l;
     }

@@ -68,6 +68,13 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
             Ok(()) => admin::clear_lockouts(gw, req).await,
             Err(e) => e.into_response(),
         },
+        ("/api/resilience/emergency-fallback", &Method::GET | &Method::POST) => {
+            match auth::admin(&gw.config, req.headers()) {
+                Ok(()) => admin::emergency(gw, req).await,
+                Err(e) => e.into_response(),
+            }
+        }
+        ("/api/resilience/emergency-fallback", _) => admin::method_not_allowed(&path, "GET, POST"),
         ("/api/resilience/reset", _) => admin::method_not_allowed(&path, "POST"),
         ("/api/resilience/model-cooldowns", _) => admin::method_not_allowed(&path, "GET, DELETE"),
         ("/api/monitoring/health", _) | ("/metrics", _) | ("/v1/models", _) => admin::method_not_allowed(&path, "GET"),

@@ -48,7 +48,7 @@ pub(crate) fn failure_error(f: Failure) -> ProxyError {
 pub(crate) enum Step {
     Done(Response<Body>),
     /// Became ineligible while waiting for a slot: choose again.
-    Excluded(String),
+    Excluded,
     Fallback(Failure),
     Fail(ProxyError, String),
 }
@@ -91,10 +91,13 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     })
 }
 
+/// One attempt. `route_key` names the combo or model the request routes by (lkgp remembers
+/// the target that served it).
 pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     mut attempt: Attempt<C>,
     inbound: &Inbound,
     prep: &mut Prepared,
+    route_key: &str,
 ) -> Step {
     let gw = Arc::clone(&attempt.gw);
     let target = attempt.target.clone();
@@ -139,7 +142,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     if let Some((reason, _)) = ticket.and_then(|t| gw.with_engine(|e| e.recheck(now, &cand, t))) {
         tracing::debug!(provider = %provider.id, connection = %connection.id, reason = reason.as_str(), "excluded while queued");
         attempt.record(AttemptOutcome::Neutral);
-        return Step::Excluded(conn_id);
+        return Step::Excluded;
     }
     let req = match upstream_request(&gw, &target, prep) {
         Ok(r) => r,
@@ -152,7 +155,10 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         gw.metrics.translation(exchange::api_name(inbound.api), exchange::format_name(provider.format));
     }
     let started = gw.clock.now();
-    gw.observe(started, crate::gateway::Observed::Dispatch { provider: &provider.id, connection: &connection.id });
+    gw.observe(
+        started,
+        crate::gateway::Observed::Dispatch { provider: &provider.id, connection: &connection.id, model: &target.model },
+    );
     let start_timeout = provider.start_timeout_ms.map(Duration::from_millis);
     let budget = match start_timeout {
         Some(s) => s.min(limits.execution_max_wait),
@@ -186,6 +192,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         Ok(Ok(r)) => r,
     };
     let status = resp.status();
+    observe_response(&gw, &target, &resp, started, status.is_success().then_some(route_key));
     if status.is_success() {
         let is_sse = resp
             .headers()
@@ -262,6 +269,12 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     };
     let headers: Vec<(&str, &str)> =
         parts.headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))).collect();
+    let tool_limit = ferroute_core::classify::tool_limit(status.as_u16(), &text, inbound_tools(inbound));
+    let tool_limited = tool_limit.is_some();
+    if let Some(limit) = tool_limit {
+        tracing::info!(provider = %provider.id, model = %target.model, limit, "provider refused the number of tools; later requests with more skip it");
+        gw.with_engine(|e| e.note_tool_limit(&provider.id, &target.model, limit));
+    }
     let Some(decision) =
         attempt.record(AttemptOutcome::Upstream { status: status.as_u16(), headers: &headers, body: &text })
     else {
@@ -270,6 +283,21 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             conn_id,
         );
     };
+    let siblings = crate::egress::siblings(&gw, &target);
+    if !siblings.is_empty() {
+        let now = gw.clock.now();
+        let sib: Vec<(&str, bool)> = siblings.iter().map(|(id, d)| (id.as_str(), *d)).collect();
+        let cooled = gw.with_engine(|e| e.cool_siblings(now, &conn_id, &decision, &sib));
+        if !cooled.is_empty() {
+            tracing::info!(connection = %conn_id, siblings = ?cooled, "IP-bucketed quota: siblings on the same egress IP cool down too");
+        }
+        gw.settle();
+    }
+    let mut decision = decision;
+    if tool_limited {
+        // A model-scoped refusal: the next target may accept this many tools.
+        decision.should_fallback = true;
+    }
     let failure = Failure {
         message: upstream_message(&text),
         decision,
@@ -277,6 +305,39 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         provider: provider.id.clone(),
     };
     if failure.decision.should_fallback { Step::Fallback(failure) } else { Step::Fail(failure_error(failure), conn_id) }
+}
+
+/// What every response teaches routing: the quota its headers report, the time to its
+/// headers, the egress IP it left from (M13), and for a success the target that served the
+/// route (lkgp).
+fn observe_response<C: Connect + Clone + Send + Sync + 'static, B>(
+    gw: &Gateway<C>,
+    target: &Target,
+    resp: &Response<B>,
+    started: std::time::Instant,
+    good_for: Option<&str>,
+) {
+    let (provider, connection) = gw.parts(target);
+    let now = gw.clock.now();
+    let wall = gw.clock.wall_ms(now);
+    let headers: Vec<(&str, &str)> =
+        resp.headers().iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))).collect();
+    let cand = gw.candidate(target);
+    gw.with_engine(|e| {
+        e.observe_quota(now, &connection.id, &headers, wall);
+        e.observe_latency(&provider.id, now.saturating_duration_since(started));
+        if let Some(key) = good_for {
+            e.note_success(key, &cand);
+        }
+    });
+    if let Some(info) = resp.extensions().get::<hyper_util::client::legacy::connect::HttpInfo>() {
+        crate::egress::observe(gw, target.connection, info.local_addr().ip());
+    }
+}
+
+/// How many tools the request offers.
+fn inbound_tools(inbound: &Inbound) -> usize {
+    inbound.body.get("tools").and_then(|t| t.as_array()).map_or(0, Vec::len)
 }
 
 /// Names the advisory fields a translation left behind.

@@ -67,6 +67,10 @@ pub struct Recorder {
     pub violations: Vec<Violation>,
     /// Dispatches by (provider, connection).
     pub dispatches: BTreeMap<(String, String), u64>,
+    /// Dispatches by target (`provider/model`).
+    pub targets: BTreeMap<String, u64>,
+    /// Cooldown waits of combo requests (M8), in ms.
+    pub combo_waits: Vec<u64>,
     /// Streams started and finalised.
     pub streams: (u64, u64),
     /// Timeline spans.
@@ -102,9 +106,10 @@ impl Recorder {
     /// Feeds one gateway observation at `at` (sim ms); `ms_of` converts core instants.
     pub fn observe(&mut self, at: u64, what: &Observed<'_>, ms_of: &dyn Fn(std::time::Instant) -> u64) {
         match what {
-            Observed::Dispatch { provider, connection } => {
-                self.note(at, format!("dispatch {provider}/{connection}"));
+            Observed::Dispatch { provider, connection, model } => {
+                self.note(at, format!("dispatch {provider}/{connection} model={model}"));
                 *self.dispatches.entry(((*provider).to_owned(), (*connection).to_owned())).or_insert(0) += 1;
+                *self.targets.entry(format!("{provider}/{model}")).or_insert(0) += 1;
                 if let Some(until) = self.breaker_open_until.get(*provider)
                     && at < *until
                 {
@@ -121,6 +126,10 @@ impl Recorder {
                     let t = t.as_str();
                     self.violate(at, format!("dispatched to {connection}, which is {t}"));
                 }
+            }
+            Observed::ComboWait { combo, wait } => {
+                self.note(at, format!("combo {combo} waits {} ms for a cooldown", wait.as_millis()));
+                self.combo_waits.push(wait.as_millis() as u64);
             }
             Observed::StreamStarted => {
                 self.streams.0 += 1;

@@ -242,3 +242,15 @@ fn unknown_status_falls_back_with_base_cooldown_and_404_locks_nothing_on_the_key
     let d = run("x", ProviderClass::ApiKey, 404, &[], "no such model", 0);
     assert_eq!((d.reason, d.connection), (Reason::NotFound, ConnectionEffect::None));
 }
+
+#[test]
+fn tool_limit_reads_the_limit_from_the_error() {
+    let openai = r#"{"error":{"message":"Invalid 'tools': array too long. Expected an array with maximum length 128, but got an array with length 200 instead.","type":"invalid_request_error"}}"#;
+    assert_eq!(tool_limit(400, openai, 200), Some(128));
+    assert_eq!(tool_limit(400, "Too many tools provided", 40), Some(39));
+    assert_eq!(tool_limit(400, "The maximum number of tools is 64", 65), Some(64));
+    // Not about tools, not an input error, or no tools sent.
+    assert_eq!(tool_limit(400, "max_tokens is too large: 200000", 3), None);
+    assert_eq!(tool_limit(500, "too many tools", 3), None);
+    assert_eq!(tool_limit(400, "too many tools", 0), None);
+}

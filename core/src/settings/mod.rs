@@ -419,6 +419,22 @@ impl Default for ComboCooldownWaitSettings {
     }
 }
 
+/// Routing limits of one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoutingSettings {
+    /// Upstream attempts one request may make in all, across targets, connections and
+    /// cooldown waits (1–100; 30 as the reference gateway's `MAX_GLOBAL_ATTEMPTS`): a combo
+    /// of many targets over many keys cannot turn one client request into a storm.
+    pub max_attempts: i64,
+}
+
+impl Default for RoutingSettings {
+    fn default() -> Self {
+        RoutingSettings { max_attempts: 30 }
+    }
+}
+
 /// Cooldown wait for direct (non-combo) requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -512,6 +528,8 @@ pub struct ResilienceSettings {
     pub quota_share: QuotaShareSettings,
     /// M8.
     pub combo_cooldown_wait: ComboCooldownWaitSettings,
+    /// The retry budget (M15).
+    pub routing: RoutingSettings,
     /// Direct-request cooldown wait.
     pub wait_for_cooldown: WaitForCooldownSettings,
     /// M10.

@@ -102,6 +102,7 @@ pub(super) fn check(s: &ResilienceSettings, prefix: &str) -> Vec<FieldError> {
     c.range("quota_share.queue_timeout_ms", qs.queue_timeout_ms, 1, DAY_MS);
     c.range("quota_share.max_queue_size", qs.max_queue_size, 0, 100);
 
+    c.range("routing.max_attempts", s.routing.max_attempts, 1, 100);
     let cw = &s.combo_cooldown_wait;
     let wait_ok = c.range("combo_cooldown_wait.max_wait_ms", cw.max_wait_ms, 0, 300_000);
     c.range("combo_cooldown_wait.max_attempts", cw.max_attempts, 0, 10);

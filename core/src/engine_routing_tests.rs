@@ -1,0 +1,266 @@
+//! Engine routing: targets and connections ordered by their strategies, the same-request skip
+//! sets, the retry budget, tool limits, the M7 gate and the M8 wait decision.
+
+use super::*;
+use crate::testutil::t0;
+use crate::tried::Tried;
+use proptest::prelude::{ProptestConfig, any, prop_assert, proptest};
+
+/// Two combo targets (`m1`, `m2`) on one provider, each over connections `a` and `b`.
+fn two_targets_two_keys() -> Vec<Candidate<'static>> {
+    let mut out = Vec::new();
+    for (t, model) in ["m1", "m2"].into_iter().enumerate() {
+        for conn in ["a", "b"] {
+            out.push(Candidate {
+                traits: Traits { target: t, ..Traits::default() },
+                ..Candidate::new("p", ProviderClass::ApiKey, conn, model)
+            });
+        }
+    }
+    out
+}
+
+fn pick(e: &mut Engine, now: Instant, c: &[Candidate<'_>], route: &Route<'_>, tried: &Tried) -> (usize, Ticket) {
+    match e.select(now, c, route, tried) {
+        Selection::Pick { index, ticket } => (index, ticket),
+        other => panic!("expected a pick, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_provider_level_failure_leaves_the_connection_for_the_next_target() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c = two_targets_two_keys();
+    let route = Route::new(Strategy::Priority, "combo");
+    let mut tried = Tried::new();
+    let (i, t) = pick(&mut e, now, &c, &route, &tried);
+    assert_eq!((c[i].model, c[i].connection), ("m1", "a"));
+    let d = e.record(
+        now,
+        &c[i],
+        "p",
+        t,
+        AttemptOutcome::Upstream { status: 503, headers: &[], body: "" },
+        true,
+        false,
+        None,
+    );
+    tried.failed(i, c[i].connection, d.as_ref());
+    // m1 on b comes next (same target), then m2 on a: a is still usable for m2.
+    let (j, t) = pick(&mut e, now, &c, &route, &tried);
+    assert_eq!((c[j].model, c[j].connection), ("m1", "b"));
+    let d = e.record(
+        now,
+        &c[j],
+        "p",
+        t,
+        AttemptOutcome::Upstream { status: 503, headers: &[], body: "" },
+        true,
+        false,
+        None,
+    );
+    tried.failed(j, c[j].connection, d.as_ref());
+    let (k, _) = pick(&mut e, now, &c, &route, &tried);
+    assert_eq!((c[k].model, c[k].connection), ("m2", "a"));
+}
+
+#[test]
+fn a_connection_level_failure_skips_the_connection_for_every_target() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c = two_targets_two_keys();
+    let route = Route::new(Strategy::Priority, "combo");
+    let mut tried = Tried::new();
+    let (i, t) = pick(&mut e, now, &c, &route, &tried);
+    let d = e.record(
+        now,
+        &c[i],
+        "p",
+        t,
+        AttemptOutcome::Upstream { status: 402, headers: &[], body: "insufficient credits" },
+        true,
+        false,
+        None,
+    );
+    tried.failed(i, c[i].connection, d.as_ref());
+    assert!(tried.is_exhausted("a"));
+    let (j, _) = pick(&mut e, now, &c, &route, &tried);
+    assert_eq!(c[j].connection, "b");
+}
+
+#[test]
+fn the_retry_budget_stops_selection() {
+    let now = t0();
+    let mut settings = ResilienceSettings::default();
+    settings.routing.max_attempts = 2;
+    let mut e = Engine::new(settings, 1);
+    let c = two_targets_two_keys();
+    let route = Route::new(Strategy::Priority, "combo");
+    let mut tried = Tried::new();
+    for _ in 0..2 {
+        let (i, t) = pick(&mut e, now, &c, &route, &tried);
+        let d = e.record(now, &c[i], "p", t, AttemptOutcome::Transport, false, false, None);
+        tried.failed(i, c[i].connection, d.as_ref());
+    }
+    assert_eq!(e.select(now, &c, &route, &tried), Selection::BudgetSpent { attempts: 2 });
+}
+
+#[test]
+fn a_learned_tool_limit_excludes_requests_with_more_tools() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c = two_targets_two_keys();
+    e.note_tool_limit("p", "m1", 4);
+    let mut route = Route::new(Strategy::Priority, "combo");
+    route.ask.tools = 5;
+    let (i, _) = pick(&mut e, now, &c, &route, &Tried::new());
+    assert_eq!(c[i].model, "m2");
+    route.ask.tools = 4;
+    let (i, _) = pick(&mut e, now, &c, &route, &Tried::new());
+    assert_eq!(c[i].model, "m1");
+}
+
+#[test]
+fn connection_strategy_orders_keys_inside_a_target_and_the_gate_demotes_a_full_one() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let mut c: Vec<Candidate<'_>> = ["a", "b", "c"]
+        .into_iter()
+        .map(|k| Candidate {
+            traits: Traits { connection_strategy: Strategy::RoundRobin, max_concurrent: Some(1), ..Traits::default() },
+            ..Candidate::new("p", ProviderClass::ApiKey, k, "m")
+        })
+        .collect();
+    let route = Route::new(Strategy::Priority, "direct");
+    let firsts: Vec<&str> = (0..3)
+        .map(|_| {
+            let (i, t) = pick(&mut e, now, &c, &route, &Tried::new());
+            e.record(now, &c[i], "p", t, AttemptOutcome::Success, false, false, None);
+            c[i].connection
+        })
+        .collect();
+    assert_eq!(firsts, vec!["a", "b", "c"]);
+    // Priority among keys; `a` holds its one slot, so `b` goes first.
+    for x in &mut c {
+        x.traits.connection_strategy = Strategy::Priority;
+    }
+    let (i, _held) = pick(&mut e, now, &c, &route, &Tried::new());
+    assert_eq!(c[i].connection, "a");
+    let (j, _) = pick(&mut e, now, &c, &route, &Tried::new());
+    assert_eq!(c[j].connection, "b");
+}
+
+#[test]
+fn lkgp_follows_the_last_success() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c = two_targets_two_keys();
+    let route = Route::new(Strategy::Lkgp, "combo");
+    e.note_success("combo", &c[2]);
+    let (i, t) = pick(&mut e, now, &c, &route, &Tried::new());
+    assert_eq!(c[i].model, "m2");
+    e.record(now, &c[i], "p", t, AttemptOutcome::Success, false, false, None);
+    assert_eq!(e.last_good("combo"), Some(("p", "m2")));
+}
+
+#[test]
+fn quota_headers_steer_headroom() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c = two_targets_two_keys();
+    let low = [("x-ratelimit-limit-requests", "100"), ("x-ratelimit-remaining-requests", "3")];
+    let high = [("x-ratelimit-limit-requests", "100"), ("x-ratelimit-remaining-requests", "90")];
+    e.observe_quota(now, "a", &low, 0);
+    e.observe_quota(now, "b", &high, 0);
+    // Target-level headroom takes each target's best connection: both 0.9, so m1 (listed
+    // first); inside m1, b (more headroom) is not chosen by priority among connections.
+    let route = Route::new(Strategy::Headroom, "combo");
+    let (i, _) = pick(&mut e, now, &c, &route, &Tried::new());
+    assert_eq!(c[i].model, "m1");
+    assert_eq!(e.quota(now, "a").and_then(|q| q.remaining), Some(0.03));
+}
+
+#[test]
+fn cooldown_wait_bounds_and_reasons() {
+    let e = Engine::new(ResilienceSettings::default(), 1);
+    let s = Duration::from_secs;
+    assert_eq!(e.cooldown_wait(Reason::RateLimitExceeded, s(2), 0, s(0)), Some(s(2) + Duration::from_millis(50)));
+    for r in [Reason::QuotaExhausted, Reason::AuthError, Reason::NotFound, Reason::Unknown] {
+        assert_eq!(e.cooldown_wait(r, s(2), 0, s(0)), None, "{r:?}");
+    }
+    // Longer than max_wait_ms (90 s), out of attempts (5), or out of budget (300 s).
+    assert_eq!(e.cooldown_wait(Reason::RateLimitExceeded, s(91), 0, s(0)), None);
+    assert_eq!(e.cooldown_wait(Reason::RateLimitExceeded, s(2), 5, s(0)), None);
+    assert_eq!(e.cooldown_wait(Reason::RateLimitExceeded, s(2), 1, s(299)), None);
+    let mut off = ResilienceSettings::default();
+    off.combo_cooldown_wait.enabled = false;
+    assert_eq!(Engine::new(off, 1).cooldown_wait(Reason::RateLimitExceeded, s(2), 0, s(0)), None);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever the strategy, state and outcomes, nothing excluded is picked, no candidate is
+    /// picked twice in a request, and a request never exceeds its attempt budget.
+    #[test]
+    fn no_strategy_picks_an_excluded_candidate_or_exceeds_the_budget(
+        seed in any::<u64>(),
+        strategy_ix in 0usize..16,
+        conn_strategy_ix in 0usize..8,
+        outcomes in proptest::collection::vec(0u8..5, 1..40),
+        budget in 1i64..12,
+        weights in proptest::collection::vec(0u32..4, 3),
+    ) {
+        let mut settings = ResilienceSettings::default();
+        settings.routing.max_attempts = budget;
+        settings.model_lockout.enabled = true;
+        let mut e = Engine::new(settings, seed);
+        let mut now = t0();
+        let models = ["m1", "m2", "m3"];
+        let providers = ["p", "q", "p"];
+        let conns = [["p1", "p2"], ["q1", "q2"], ["p1", "p2"]];
+        let mut c = Vec::new();
+        for t in 0..3 {
+            for k in conns[t] {
+                c.push(Candidate {
+                    traits: Traits {
+                        target: t,
+                        weight: weights[t],
+                        connection_strategy: Strategy::FOR_CONNECTIONS[conn_strategy_ix],
+                        ..Traits::default()
+                    },
+                    ..Candidate::new(providers[t], ProviderClass::ApiKey, k, models[t])
+                });
+            }
+        }
+        let route = Route::new(Strategy::ALL[strategy_ix], "combo");
+        let mut tried = Tried::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for o in outcomes {
+            now += Duration::from_millis(300);
+            match e.select(now, &c, &route, &tried) {
+                Selection::Pick { index, ticket } => {
+                    prop_assert!(e.exclusion(now, &c[index]).is_none() || e.breaker_state(now, c[index].provider) == BreakerState::HalfOpen);
+                    prop_assert!(!tried.is_exhausted(c[index].connection));
+                    prop_assert!(seen.insert(index), "candidate {} picked twice", index);
+                    let outcome = match o {
+                        0 => AttemptOutcome::Success,
+                        1 => AttemptOutcome::Transport,
+                        2 => AttemptOutcome::Upstream { status: 429, headers: &[], body: "" },
+                        3 => AttemptOutcome::Upstream { status: 503, headers: &[], body: "" },
+                        _ => AttemptOutcome::Upstream { status: 401, headers: &[], body: "invalid api key" },
+                    };
+                    let d = e.record(now, &c[index], c[index].provider, ticket, outcome, false, false, None);
+                    tried.failed(index, c[index].connection, d.as_ref());
+                    prop_assert!(i64::from(tried.attempts()) <= budget);
+                }
+                Selection::NoneEligible(_) => break,
+                Selection::BudgetSpent { attempts } => {
+                    prop_assert!(i64::from(attempts) == budget);
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Dispatching a planned request: the core picks a candidate by the route's strategies, the
+//! attempt runs (`upstream`), and on failure the request falls back along the order within
+//! its retry budget. At the end of a combo's set it may wait for a short cooldown and go again
+//! (M8), then try the emergency target once (M16), then answer with what happened.
+
+use crate::attempt::Attempt;
+use crate::errors::{Body, ErrorShape, ProxyError, Source};
+use crate::exchange::{self, Inbound};
+use crate::gateway::{Gateway, Plan};
+use crate::plan::{Preps, slot};
+use crate::refuse::{Report, finish, no_target, recovery};
+use crate::upstream::{Failure, Step, attempt_once, failure_error};
+use ferroute_core::engine::{Candidate, Exclusion, Route, Selection};
+use ferroute_core::strategy::Ask;
+use ferroute_core::tried::Tried;
+use http::Response;
+use hyper_util::client::legacy::connect::Connect;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Runs the request along its plan and answers.
+pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
+    gw: Arc<Gateway<C>>,
+    plan: Plan,
+    inbound: &Inbound,
+    preps: &mut Preps,
+    ask: Ask,
+) -> Response<Body> {
+    let shape = exchange::error_shape(inbound.api);
+    let combo = plan.combo;
+    let mut report = Report { pool: plan.pool.len(), ..Report::default() };
+    let mut plan = plan;
+    let mut tried = Tried::new();
+    let mut last: Option<Failure> = None;
+    let (mut waits, mut waited) = (0u32, Duration::ZERO);
+    let mut emergency_used = false;
+    // An attempt that became ineligible while queued is not an upstream attempt, so the
+    // budget alone does not bound the loop.
+    let max_attempts = gw.config.resilience.routing.max_attempts.max(1) as usize;
+    let turns = 2 * (max_attempts + plan.targets.len()) + 8;
+    for _ in 0..turns {
+        let now = gw.clock.now();
+        let selection = {
+            let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
+            let route = Route { strategy: plan.strategy, key: &plan.key, ask };
+            gw.with_engine(|e| e.select(now, &cands, &route, &tried))
+        };
+        gw.settle();
+        let (index, ticket) = match selection {
+            Selection::Pick { index, ticket } => (index, ticket),
+            Selection::NoneEligible(ex) => {
+                if plan.combo && !emergency_used {
+                    let wait = {
+                        let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
+                        let last_reason = last.as_ref().map(|f| f.decision.reason);
+                        gw.with_engine(|e| e.set_wait(now, &cands, last_reason, waits, waited))
+                    };
+                    if let Some(wait) = wait {
+                        // M8: a short transient cooldown ends the set; wait it out and go again.
+                        tracing::info!(combo = %plan.key, wait_ms = wait.as_millis() as u64, waits, "waiting for a cooldown before retrying the combo");
+                        gw.observe(now, crate::gateway::Observed::ComboWait { combo: &plan.key, wait });
+                        let until = tokio::time::Instant::from_std(now + wait);
+                        tokio::time::sleep_until(until).await;
+                        waits += 1;
+                        waited += wait;
+                        tried.new_round();
+                        continue;
+                    }
+                    if let Some(e) = gw.emergency_plan(&plan.key) {
+                        emergency_used = true;
+                        if prepare_for(&gw, &e, inbound, preps) {
+                            tracing::warn!(combo = %plan.key, target = ?e.pool, "every combo target failed or is excluded; using the emergency target");
+                            plan = e;
+                            tried.new_round();
+                            continue;
+                        }
+                    }
+                }
+                return end(&gw, &plan, combo, last, Some(&ex), &mut report, tried.attempts(), shape);
+            }
+            Selection::BudgetSpent { attempts } => {
+                tracing::warn!(model = %plan.key, attempts, "request reached its attempt budget");
+                return end(&gw, &plan, combo, last, None, &mut report, attempts, shape);
+            }
+        };
+        let target = &plan.targets[index];
+        let (provider, connection) = gw.parts(target);
+        report.order.push(format!("{}/{}", provider.id, target.model));
+        // A provider-level failure is not counted when the next target is on the same provider.
+        let same_provider_next = plan.combo
+            && plan.targets.iter().enumerate().any(|(i, t)| {
+                t.target_index > target.target_index
+                    && t.provider == target.provider
+                    && !tried.was_tried(i)
+                    && !tried.is_exhausted(&gw.config.connections[t.connection].id)
+            });
+        let attempt = Attempt { gw: Arc::clone(&gw), target: target.clone(), ticket: Some(ticket), same_provider_next };
+        let Some(prep) = preps[slot(provider.format)].as_mut() else {
+            // plan and prepare_for keep only targets with a prepared request.
+            return finish(
+                &gw,
+                ProxyError::new(Source::Internal, 500, "internal", "no request prepared for this provider format"),
+                None,
+                shape,
+            );
+        };
+        match attempt_once(attempt, inbound, prep, &plan.key).await {
+            Step::Done(mut resp) => {
+                if combo {
+                    report.attempted = tried.attempts() + 1;
+                    report.excluded = excluded(&gw, &plan);
+                    report.apply(&mut resp, None);
+                }
+                return resp;
+            }
+            Step::Fallback(f) => {
+                tracing::info!(provider = %provider.id, connection = %connection.id, status = f.decision.status, reason = f.decision.reason.as_str(), "attempt failed");
+                tried.failed(index, &connection.id, Some(&f.decision));
+                last = Some(f);
+            }
+            Step::Fail(e, conn) => {
+                let mut resp = finish(&gw, e, Some(&conn), shape);
+                if combo {
+                    report.attempted = tried.attempts() + 1;
+                    report.apply(&mut resp, Some("request_failed"));
+                }
+                return resp;
+            }
+            Step::Excluded => {}
+        }
+    }
+    end(&gw, &plan, combo, last, None, &mut report, tried.attempts(), shape)
+}
+
+/// Makes sure `preps` holds the request in the format of every target of `plan`; false when
+/// one cannot be expressed (the plan is then not used).
+fn prepare_for<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    plan: &Plan,
+    inbound: &Inbound,
+    preps: &mut Preps,
+) -> bool {
+    for t in &plan.targets {
+        let format = gw.parts(t).0.format;
+        if preps[slot(format)].is_none() {
+            match exchange::prepare(inbound, format) {
+                Ok(p) => preps[slot(format)] = Some(p),
+                Err(_) => return false,
+            }
+        }
+    }
+    !plan.targets.is_empty()
+}
+
+/// Targets all of whose connections resilience state excludes now, with the first reason.
+fn excluded<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, plan: &Plan) -> Vec<(String, &'static str)> {
+    let now = gw.clock.now();
+    let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
+    let reasons: Vec<Option<&'static str>> =
+        gw.with_engine(|e| cands.iter().map(|c| e.exclusion(now, c).map(|(r, _)| r.as_str())).collect());
+    let mut out: Vec<(String, &'static str)> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (i, t) in plan.targets.iter().enumerate() {
+        if !seen.insert(t.target_index) {
+            continue;
+        }
+        let members: Vec<usize> =
+            plan.targets.iter().enumerate().filter(|(_, x)| x.target_index == t.target_index).map(|(j, _)| j).collect();
+        if members.iter().all(|&j| reasons[j].is_some())
+            && let Some(r) = reasons[i]
+        {
+            out.push((format!("{}/{}", gw.parts(t).0.id, t.model), r));
+        }
+    }
+    out
+}
+
+/// The soonest any candidate of the plan is eligible again by a timer.
+fn soonest_eligible<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, plan: &Plan) -> Option<Duration> {
+    let now = gw.clock.now();
+    let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
+    gw.with_engine(|e| {
+        cands
+            .iter()
+            .filter_map(|c| e.exclusion(now, c))
+            .filter(|(r, d)| r.is_timer() && !d.is_zero())
+            .map(|(_, d)| d)
+            .min()
+    })
+}
+
+/// The final answer of a request that got no upstream success: its last upstream failure if
+/// it had one, else the refusal the core chose; a 429 always carries `Retry-After` (the
+/// upstream's hint, else the time until a connection is eligible again, at least 1 s).
+#[allow(clippy::too_many_arguments)]
+fn end<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    plan: &Plan,
+    combo: bool,
+    last: Option<Failure>,
+    ex: Option<&[Exclusion]>,
+    report: &mut Report,
+    attempts: u32,
+    shape: ErrorShape,
+) -> Response<Body> {
+    report.attempted = attempts;
+    report.excluded = excluded(gw, plan);
+    let budget_spent = ex.is_none() && attempts > 0 && i64::from(attempts) >= gw.config.resilience.routing.max_attempts;
+    let (mut e, connection) = match (last, ex) {
+        (Some(f), _) => {
+            let conn = f.connection.clone();
+            (failure_error(f), Some(conn))
+        }
+        (None, Some(ex)) => (no_target(gw, plan, ex, report), None),
+        (None, None) => (ProxyError::new(Source::Internal, 503, "no_executable_targets", "no target could run"), None),
+    };
+    if e.status == 429 && e.retry_after.is_none() {
+        e.retry_after = Some(soonest_eligible(gw, plan).unwrap_or(Duration::from_secs(1)));
+    }
+    let terminal = if budget_spent { "retry_budget_exhausted".to_owned() } else { e.code.clone() };
+    if combo && !e.extra.contains_key("diagnostics") {
+        let rec = recovery(&terminal, e.retry_after);
+        e = e.with("diagnostics", report.diagnostics(&terminal, &rec)).with("recovery_hint", rec);
+    }
+    let mut resp = finish(gw, e, connection.as_deref(), shape);
+    if combo {
+        report.apply(&mut resp, Some(&terminal));
+    }
+    resp
+}

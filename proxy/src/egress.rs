@@ -1,0 +1,41 @@
+//! M13: which connections share an egress IP. A connection's IP is its configured
+//! `egress_ip`, else the local address its last upstream response left from (best effort:
+//! behind NAT that is not the public IP, and a connection never seen has none, so only the
+//! failing connection cools).
+
+use crate::gateway::{Gateway, Target};
+use hyper_util::client::legacy::connect::Connect;
+use std::net::IpAddr;
+
+/// Notes the local address connection `index` was last seen leaving from.
+pub fn observe<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, index: usize, ip: IpAddr) {
+    if gw.config.connections[index].egress_ip.is_none() {
+        let mut seen = gw.egress.lock().unwrap_or_else(|p| p.into_inner());
+        seen.insert(index, ip);
+    }
+}
+
+/// The egress IP of connection `index`, if known.
+pub fn ip_of<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, index: usize) -> Option<IpAddr> {
+    match gw.config.connections[index].egress_ip.as_deref().and_then(|s| s.parse().ok()) {
+        Some(ip) => Some(ip),
+        None => gw.egress.lock().unwrap_or_else(|p| p.into_inner()).get(&index).copied(),
+    }
+}
+
+/// The other connections of `target`'s provider that leave from the same IP, with their
+/// `disable_cooling`; empty when the provider does not lock by IP or the IP is unknown.
+pub fn siblings<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, target: &Target) -> Vec<(String, bool)> {
+    let (provider, _) = gw.parts(target);
+    if !provider.egress_ip_lock {
+        return Vec::new();
+    }
+    let Some(ip) = ip_of(gw, target.connection) else { return Vec::new() };
+    gw.config
+        .connections
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| *i != target.connection && c.provider == provider.id && ip_of(gw, *i) == Some(ip))
+        .map(|(_, c)| (c.id.clone(), c.disable_cooling))
+        .collect()
+}

@@ -1,0 +1,129 @@
+//! Planning a request: resolve its `model` into targets (a combo, `provider/model` or a bare
+//! model), keep the connections the client key may use, prepare the request for each provider
+//! format the targets speak, and note what strategies read of the request.
+
+use crate::auth::Client;
+use crate::config::Format;
+use crate::errors::{ProxyError, Source};
+use crate::exchange::{self, Inbound, Prepared};
+use crate::forward::untranslatable;
+use crate::gateway::{Gateway, Plan, Target};
+use crate::translate::Untranslatable;
+use ferroute_core::strategy::{Ask, Strategy, stable_hash};
+use hyper_util::client::legacy::connect::Connect;
+use serde_json::Value;
+
+/// Prepared requests by provider format.
+pub type Preps = [Option<Prepared>; 2];
+
+/// The slot of a format in [`Preps`].
+pub fn slot(format: Format) -> usize {
+    match format {
+        Format::Openai => 0,
+        Format::Anthropic => 1,
+    }
+}
+
+/// Resolves, filters and prepares. An unknown model is a 404 `model_not_found`; a combo or
+/// provider none of whose targets has a connection is a 404 `no_executable_targets`; a key
+/// allowed none of the connections is a 403.
+pub fn plan<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    model: &str,
+    client: &Client,
+    inbound: &Inbound,
+) -> Result<(Plan, Preps, Ask), ProxyError> {
+    let plan = gw.resolve(model).map_err(|msg| ProxyError::new(Source::Downstream, 404, "model_not_found", msg))?;
+    if plan.targets.is_empty() {
+        return Err(crate::refuse::no_executable(&plan));
+    }
+    let plan = Plan {
+        targets: plan.targets.into_iter().filter(|t| client.may_use(&gw.config.connections[t.connection].id)).collect(),
+        ..plan
+    };
+    if plan.targets.is_empty() {
+        return Err(ProxyError::new(
+            Source::Downstream,
+            403,
+            "no_allowed_connections",
+            format!("this key may not use any connection serving {model:?}"),
+        ));
+    }
+    let (plan, preps) = prepare_all(gw, plan, inbound)?;
+    let ask = ask(plan.strategy, inbound);
+    Ok((plan, preps, ask))
+}
+
+/// What strategies read of the request: the tools it offers (always; tool limits apply to
+/// every strategy), and only for the strategies that use them, its estimated size (about 4
+/// bytes a token) and a hash of its prefix (system prompt and first user turn).
+pub fn ask(strategy: Strategy, inbound: &Inbound) -> Ask {
+    let body = &inbound.body;
+    let tools = body.get("tools").and_then(Value::as_array).map_or(0, |t| t.len().min(u32::MAX as usize) as u32);
+    let context_tokens = if strategy == Strategy::ContextOptimized {
+        let bytes = match &inbound.raw {
+            Some(raw) => raw.len(),
+            None => body.to_string().len(),
+        };
+        (bytes / 4) as u64
+    } else {
+        0
+    };
+    let prefix_hash = if strategy == Strategy::CacheOptimized { prefix_hash(body) } else { 0 };
+    Ask { context_tokens, prefix_hash, tools }
+}
+
+/// The system prompt (Messages `system`, or chat `system`/`developer` turns before the first
+/// user turn) and the first user turn, hashed: the part of a conversation a provider's prompt
+/// cache keys on, the same across the turns of one session.
+pub fn prefix_hash(body: &Value) -> u64 {
+    let mut text = String::new();
+    if let Some(system) = body.get("system") {
+        text.push_str(&system.to_string());
+    }
+    if let Some(messages) = body.get("messages").and_then(Value::as_array) {
+        for m in messages {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+            if let Some(content) = m.get("content") {
+                text.push_str(role);
+                text.push_str(&content.to_string());
+            }
+            if role == "user" {
+                break;
+            }
+        }
+    }
+    stable_hash(text.as_bytes())
+}
+
+/// The request prepared for each provider format the plan uses; targets whose format cannot
+/// express the request are left out, and when none is left the request is refused naming the
+/// feature.
+pub fn prepare_all<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    plan: Plan,
+    inbound: &Inbound,
+) -> Result<(Plan, Preps), ProxyError> {
+    let mut preps: Preps = [None, None];
+    let mut refused: Option<Untranslatable> = None;
+    for format in [Format::Openai, Format::Anthropic] {
+        if !plan.targets.iter().any(|t| gw.parts(t).0.format == format) {
+            continue;
+        }
+        match exchange::prepare(inbound, format) {
+            Ok(p) => preps[slot(format)] = Some(p),
+            Err(u) => {
+                tracing::info!(format = ?format, feature = %u.feature, "request cannot be translated; skipping those targets");
+                refused.get_or_insert(u);
+            }
+        }
+    }
+    let targets: Vec<Target> =
+        plan.targets.into_iter().filter(|t| preps[slot(gw.parts(t).0.format)].is_some()).collect();
+    if targets.is_empty() {
+        return Err(untranslatable(
+            refused.unwrap_or_else(|| Untranslatable::new("model", "no target can serve this request")),
+        ));
+    }
+    Ok((Plan { targets, ..plan }, preps))
+}
