@@ -88,6 +88,16 @@ pub struct Workload {
     /// Extra request headers.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// The user message; `{seq}` and `{client}` are replaced (default: `request {seq} from
+    /// {client}`, different for every request).
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// Bytes of padding appended to the user message (a long context).
+    #[serde(default)]
+    pub pad_bytes: u64,
+    /// Function tools the request offers.
+    #[serde(default)]
+    pub tools: u32,
 }
 
 fn default_client() -> String {
@@ -142,6 +152,24 @@ pub struct Expect {
     /// Upstream call counts at the end.
     #[serde(default)]
     pub calls: Vec<CallExpect>,
+    /// Dispatches by target (`provider/model`) at the end.
+    #[serde(default)]
+    pub targets: Vec<TargetExpect>,
+}
+
+/// Dispatches by target: one target's count, or how many distinct targets were used.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetExpect {
+    /// `provider/model`; without it the expectation is about distinct targets.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// At least (dispatches to the target, or distinct targets).
+    #[serde(default)]
+    pub min: Option<u64>,
+    /// At most.
+    #[serde(default)]
+    pub max: Option<u64>,
 }
 
 /// What one response must look like.
@@ -168,6 +196,9 @@ pub struct ResponseExpect {
     /// For streams: whether `[DONE]` arrived.
     #[serde(default)]
     pub done: Option<bool>,
+    /// Response headers that must be present with these values (names in lower case).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
 }
 
 /// How many responses match.

@@ -30,6 +30,8 @@ pub struct Outcome {
     pub done: bool,
     /// A transport error, when no response arrived.
     pub error: Option<String>,
+    /// The gateway's own `x-ferroute-*` response headers.
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 /// A violated property.

@@ -17,9 +17,28 @@ pub(crate) async fn request(
     issued_ms: u64,
 ) -> Outcome {
     let path = if w.anthropic { "/v1/messages" } else { "/v1/chat/completions" };
-    let mut body = serde_json::json!({"model": w.model, "stream": w.stream, "messages": [{"role": "user", "content": format!("request {seq} from {client}")}]});
+    let mut text = match &w.prompt {
+        Some(p) => p.replace("{seq}", &seq.to_string()).replace("{client}", &client),
+        None => format!("request {seq} from {client}"),
+    };
+    text.push_str(&" ".repeat(w.pad_bytes as usize));
+    let mut body =
+        serde_json::json!({"model": w.model, "stream": w.stream, "messages": [{"role": "user", "content": text}]});
     if w.anthropic {
         body["max_tokens"] = 64.into();
+    }
+    if w.tools > 0 {
+        let tools: Vec<serde_json::Value> = (0..w.tools)
+            .map(|i| {
+                let name = format!("tool_{i}");
+                if w.anthropic {
+                    serde_json::json!({"name": name, "input_schema": {"type": "object"}})
+                } else {
+                    serde_json::json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}})
+                }
+            })
+            .collect();
+        body["tools"] = tools.into();
     }
     let mut b = http::Request::post(format!("http://gateway:{GATEWAY_PORT}{path}"))
         .header("content-type", "application/json")
@@ -38,6 +57,7 @@ pub(crate) async fn request(
         connection: None,
         done: false,
         error: None,
+        headers: Default::default(),
     };
     let req = match b.body(Full::new(Bytes::from(body.to_string()))) {
         Ok(r) => r,
@@ -55,6 +75,11 @@ pub(crate) async fn request(
             out.retry_after_s = h.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
             out.connection =
                 h.get("x-ferroute-selected-connection-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            out.headers = h
+                .iter()
+                .filter(|(k, _)| k.as_str().starts_with("x-ferroute-"))
+                .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
+                .collect();
             match resp.into_body().collect().await {
                 Ok(c) => {
                     let text = String::from_utf8_lossy(&c.to_bytes()).into_owned();

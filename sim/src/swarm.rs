@@ -3,6 +3,7 @@
 //! phase requires every breaker to close, every cooldown to end, every connection to serve and
 //! every permit to return within a bound.
 
+use ferroute_core::strategy::Strategy;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use scenarios::scenario::{Expect, Fault, FaultAction, ResponseExpect, Scenario, StateExpect, UpstreamSpec, Workload};
@@ -49,8 +50,9 @@ pub fn generate(seed: u64) -> Scenario {
         let class = if rng.random_bool(0.5) { "api_key" } else { "local" };
         // Providers of both wire formats: requests cross formats wherever client and provider differ.
         let format = if rng.random_bool(0.5) { "anthropic" } else { "openai" };
+        let within = Strategy::FOR_CONNECTIONS[rng.random_range(0..Strategy::FOR_CONNECTIONS.len())].as_str();
         gateway.push_str(&format!(
-            "[[providers]]\nid = \"p{p}\"\nformat = \"{format}\"\nbase_url = \"http://{host}:9000/v1\"\nclass = \"{class}\"\nmodels = [\"m\"]\nstart_timeout_ms = 3000\n"
+            "[[providers]]\nid = \"p{p}\"\nformat = \"{format}\"\nbase_url = \"http://{host}:9000/v1\"\nclass = \"{class}\"\nmodels = [\"m\"]\nstart_timeout_ms = 3000\nconnection_strategy = \"{within}\"\n"
         ));
         for c in 0..rng.random_range(1..=3usize) {
             let id = format!("p{p}-k{c}");
@@ -75,7 +77,7 @@ pub fn generate(seed: u64) -> Scenario {
     }
     gateway.push_str(&format!(
         "[[combos]]\nname = \"swarm\"\nstrategy = \"{}\"\ntargets = [{}]\n",
-        ["priority", "round-robin", "random"][rng.random_range(0..3usize)],
+        Strategy::ALL[rng.random_range(0..Strategy::ALL.len())].as_str(),
         targets.join(", ")
     ));
     if rng.random_bool(0.5) {
@@ -98,6 +100,9 @@ pub fn generate(seed: u64) -> Scenario {
             stream: rng.random_bool(0.4),
             anthropic: rng.random_bool(0.4),
             headers: BTreeMap::new(),
+            prompt: None,
+            pad_bytes: 0,
+            tools: 0,
         });
     }
     for p in 0..providers {
@@ -128,6 +133,9 @@ pub fn generate(seed: u64) -> Scenario {
             stream: false,
             anthropic: rng.random_bool(0.5),
             headers: BTreeMap::new(),
+            prompt: None,
+            pad_bytes: 0,
+            tools: 0,
         });
         responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
     }
@@ -159,7 +167,7 @@ pub fn generate(seed: u64) -> Scenario {
         upstreams,
         workload,
         faults,
-        expect: Expect { responses, counts: Vec::new(), states, calls: Vec::new() },
+        expect: Expect { responses, counts: Vec::new(), states, calls: Vec::new(), targets: Vec::new() },
     }
 }
 

@@ -433,6 +433,12 @@ fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
         if r.done.is_some_and(|d| d != o.done) {
             bad.push(format!("done {} (expected {:?})", o.done, r.done));
         }
+        for (name, want) in &r.headers {
+            let got = o.headers.get(name);
+            if got != Some(want) {
+                bad.push(format!("header {name} {got:?} (expected {want:?})"));
+            }
+        }
         for b in bad {
             s.rec.violate(t, format!("response {}#{}: {b}", r.client, r.seq));
         }
@@ -468,6 +474,19 @@ fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
                 t,
                 format!("upstream {} model {} got {n} calls (expected {:?}..={:?})", c.host, c.model, c.min, c.max),
             );
+        }
+    }
+    check_targets(&mut s, t, &exp.targets);
+}
+
+fn check_targets(s: &mut Shared, t: u64, exp: &[scenarios::scenario::TargetExpect]) {
+    for e in exp {
+        let (n, what) = match &e.target {
+            Some(target) => (s.rec.targets.get(target).copied().unwrap_or(0), format!("dispatches to {target}")),
+            None => (s.rec.targets.len() as u64, format!("distinct targets ({:?})", s.rec.targets)),
+        };
+        if e.min.is_some_and(|m| n < m) || e.max.is_some_and(|m| n > m) {
+            s.rec.violate(t, format!("{n} {what} (expected {:?}..={:?})", e.min, e.max));
         }
     }
 }
@@ -508,6 +527,9 @@ pub fn bench_scenario() -> Scenario {
             stream: false,
             anthropic: false,
             headers: BTreeMap::new(),
+            prompt: None,
+            pad_bytes: 0,
+            tools: 0,
         }],
         faults: Vec::new(),
         expect: scenarios::scenario::Expect::default(),

@@ -13,10 +13,12 @@ pub const EXHAUSTION_GUARD: f64 = 0.10;
 pub const UNKNOWN_HEADROOM: f64 = 0.5;
 
 /// Windows within 5% of each other rank as equal (the tie band); the headroom then decides.
+/// An option that never reported a window ranks first, so that every option gets to report
+/// once (a report that passed its reset reads as unknown too: a fresh quota).
 fn window_band(w: Option<Duration>) -> i64 {
     match w {
         Some(w) => ((w.as_millis().max(1) as f64).ln() / 1.05f64.ln()).floor() as i64,
-        None => i64::MAX,
+        None => i64::MIN,
     }
 }
 
@@ -30,9 +32,10 @@ pub fn reset_aware(items: &[Item]) -> Vec<usize> {
     })
 }
 
-/// The soonest reset first; options that never reported a reset after those that did.
+/// The soonest reset first. An option that never reported a reset (or whose reset passed: its
+/// quota is fresh) counts as resetting now, so every option gets to report once.
 pub fn reset_window(items: &[Item]) -> Vec<usize> {
-    sorted_by(items, |i| i.quota.resets_in.map_or(u128::MAX, |d| d.as_millis()))
+    sorted_by(items, |i| i.quota.resets_in.map_or(0, |d| d.as_millis()))
 }
 
 /// The most remaining quota first.

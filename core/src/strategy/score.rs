@@ -38,7 +38,7 @@ pub struct AutoWeights {
     pub health: f64,
     /// Remaining quota share (0.5 when never reported).
     pub headroom: f64,
-    /// Fastest measured time to first byte ÷ this option's (1.0 when unmeasured).
+    /// `1 ÷ (1 + seconds to first byte)` (1.0 when unmeasured, so a new option gets tried).
     pub latency: f64,
     /// Cheapest declared cost ÷ this option's (1.0 when no costs are declared, 0.5 for an
     /// option without a cost among options with one).
@@ -50,14 +50,13 @@ pub struct AutoWeights {
 /// The `auto` score of each item, in item order.
 pub fn auto_scores(items: &[Item]) -> Vec<f64> {
     let w = AUTO_WEIGHTS;
-    let best_latency = items.iter().filter_map(|i| i.latency_ms).fold(f64::INFINITY, f64::min);
     let best_cost = items.iter().filter_map(|i| i.cost).filter(|c| *c > 0.0).fold(f64::INFINITY, f64::min);
     let any_cost = items.iter().any(|i| i.cost.is_some());
     items
         .iter()
         .map(|i| {
             let latency = match i.latency_ms {
-                Some(l) if l > 0.0 && best_latency.is_finite() => (best_latency / l).min(1.0),
+                Some(l) if l.is_finite() && l > 0.0 => 1.0 / (1.0 + l / 1000.0),
                 _ => 1.0,
             };
             let cost = match i.cost {

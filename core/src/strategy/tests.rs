@@ -176,6 +176,11 @@ fn reset_strategies_read_the_reported_quota() {
     assert_eq!(quota::reset_aware(&its), vec![1, 0, 2]);
     // reset-window: the soonest reset.
     assert_eq!(quota::reset_window(&its), vec![2, 0, 1]);
+    // An option that never reported comes first (it gets to report).
+    let mut fresh = its.clone();
+    fresh[1].quota = Quota::default();
+    assert_eq!(quota::reset_window(&fresh)[0], 1);
+    assert_eq!(quota::reset_aware(&fresh)[0], 1);
     // headroom: the most left.
     assert_eq!(quota::headroom(&its), vec![1, 0, 2]);
 }
