@@ -19,6 +19,7 @@ pub mod gateway;
 pub mod metrics;
 pub mod plan;
 pub mod refuse;
+pub mod resolve;
 pub mod serve;
 pub mod store;
 pub mod stream;

@@ -19,7 +19,7 @@ fn fields(r: Result<Config, ConfigError>) -> Vec<String> {
 
 #[test]
 fn example_file_is_valid() {
-    let text = include_str!("../../examples/ferroute.toml");
+    let text = include_str!("../../../examples/ferroute.toml");
     let env = |name: &str| Some(format!("value-of-{name}"));
     let c = Config::from_toml_str(text, &env, &[]).expect("examples/ferroute.toml is valid");
     assert!(!c.demo);

@@ -1,0 +1,263 @@
+//! Routing decisions: which candidate to try next (targets by the route's strategy, then
+//! connections by their provider's), the M7 gate, and whether a combo waits for a cooldown
+//! (M8).
+
+use super::*;
+use crate::strategy::{Item, rank, stable_hash};
+use crate::tried::Tried;
+
+impl Engine {
+    /// Picks one eligible candidate by the route's strategies, admits it through its
+    /// provider's breaker and marks the connection selected. `tried` says what this request
+    /// already tried (those candidates, and connections a connection-level failure exhausted,
+    /// are skipped); once its attempts reach `[resilience.routing] max_attempts` nothing more
+    /// is picked.
+    pub fn select(
+        &mut self,
+        now: Instant,
+        candidates: &[Candidate<'_>],
+        route: &Route<'_>,
+        tried: &Tried,
+    ) -> Selection {
+        if i64::from(tried.attempts()) >= self.settings.routing.max_attempts {
+            return Selection::BudgetSpent { attempts: tried.attempts() };
+        }
+        let mut excluded = Vec::new();
+        let mut eligible = Vec::new();
+        for (i, c) in candidates.iter().enumerate() {
+            if tried.was_tried(i) || tried.is_exhausted(c.connection) {
+                excluded.push(Exclusion { index: i, reason: ExclusionReason::Skipped, retry_after: Duration::ZERO });
+                continue;
+            }
+            if route.ask.tools > 0
+                && let Some(limit) = self.tool_limit(c.provider, c.model)
+                && route.ask.tools > limit
+            {
+                excluded.push(Exclusion { index: i, reason: ExclusionReason::ToolLimit, retry_after: Duration::ZERO });
+                continue;
+            }
+            match self.exclusion(now, c) {
+                Some((reason, retry_after)) => excluded.push(Exclusion { index: i, reason, retry_after }),
+                None => eligible.push(i),
+            }
+        }
+        // Try eligible candidates in strategy order; the breaker may still refuse (a probe
+        // slot was taken by the previous candidate of the same provider).
+        let order = self.order(now, candidates, &eligible, route);
+        for i in order {
+            let c = &candidates[i];
+            match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
+                Admission::Admit(ticket) | Admission::Probe(ticket) => {
+                    self.connection_mut(c.connection).on_selected(now);
+                    self.dispatched(c.connection);
+                    return Selection::Pick { index: i, ticket };
+                }
+                Admission::Reject { retry_after } => {
+                    excluded.push(Exclusion { index: i, reason: ExclusionReason::CircuitOpen, retry_after })
+                }
+            }
+        }
+        excluded.sort_by_key(|e| e.index);
+        Selection::NoneEligible(excluded)
+    }
+
+    /// The order in which `eligible` candidates are tried: targets by the route's strategy,
+    /// then each target's connections by its provider's connection strategy, a connection
+    /// saturated at its `max_concurrent` behind the others (the M7 gate only deprioritises).
+    pub fn order(
+        &mut self,
+        now: Instant,
+        candidates: &[Candidate<'_>],
+        eligible: &[usize],
+        route: &Route<'_>,
+    ) -> Vec<usize> {
+        if eligible.len() <= 1 {
+            return eligible.to_vec();
+        }
+        // Targets, in first-seen order, each with its eligible candidates.
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for &i in eligible {
+            let t = candidates[i].traits.target;
+            match groups.iter_mut().find(|(g, _)| *g == t) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((t, vec![i])),
+            }
+        }
+        let last_good = self.usage.last_good.get(route.key);
+        let target_items: Vec<Item> = groups
+            .iter()
+            .map(|(t, members)| {
+                let c = &candidates[members[0]];
+                let quota = members
+                    .iter()
+                    .filter_map(|&m| self.usage.quotas.get(candidates[m].connection).map(|q| q.at(now)))
+                    .max_by(|a, b| a.remaining.unwrap_or(0.5).total_cmp(&b.remaining.unwrap_or(0.5)))
+                    .unwrap_or_default();
+                Item {
+                    index: *t,
+                    id: target_id(c),
+                    weight: c.traits.weight,
+                    cost: c.traits.cost,
+                    context_window: c.traits.context_window,
+                    load: members.iter().map(|&m| self.in_flight(candidates[m].connection)).sum(),
+                    used: members
+                        .iter()
+                        .map(|&m| self.usage.dispatched.get(candidates[m].connection).copied().unwrap_or(0))
+                        .sum(),
+                    quota,
+                    health: self.health(now, c.provider),
+                    latency_ms: self.usage.latency_ms.get(c.provider).copied(),
+                    last_good: last_good.is_some_and(|(p, m)| p == c.provider && m == c.model),
+                }
+            })
+            .collect();
+        let target_order = rank(route.strategy, &target_items, &route.ask, route.key, &mut self.memory, &mut self.rng);
+        let mut out = Vec::with_capacity(eligible.len());
+        for g in target_order {
+            let members = &groups[g].1;
+            if members.len() == 1 {
+                out.push(members[0]);
+                continue;
+            }
+            let first = &candidates[members[0]];
+            let items: Vec<Item> = members
+                .iter()
+                .map(|&m| {
+                    let c = &candidates[m];
+                    Item {
+                        index: m,
+                        id: stable_hash(c.connection.as_bytes()),
+                        weight: c.traits.connection_weight,
+                        load: self.in_flight(c.connection),
+                        used: self.usage.dispatched.get(c.connection).copied().unwrap_or(0),
+                        quota: self.usage.quotas.get(c.connection).map(|q| q.at(now)).unwrap_or_default(),
+                        ..Item::default()
+                    }
+                })
+                .collect();
+            let key = format!("{}#{}", route.key, first.provider);
+            let mut within: Vec<usize> =
+                rank(first.traits.connection_strategy, &items, &route.ask, &key, &mut self.memory, &mut self.rng)
+                    .into_iter()
+                    .map(|p| members[p])
+                    .collect();
+            // M7: a connection at its max_concurrent goes behind those with room (stable).
+            within.sort_by_key(|&m| {
+                let c = &candidates[m];
+                c.traits.max_concurrent.is_some_and(|max| self.in_flight(c.connection) >= max)
+            });
+            out.extend(within);
+        }
+        out
+    }
+
+    fn health(&self, now: Instant, provider: &str) -> f64 {
+        match self.breaker_state(now, provider) {
+            BreakerState::Closed => 1.0,
+            BreakerState::Degraded => 0.7,
+            BreakerState::HalfOpen => 0.5,
+            BreakerState::Open => 0.0,
+        }
+    }
+
+    /// M8: how long a combo request that ended on `reason` should wait before dispatching its
+    /// whole set again, given the soonest moment a target is eligible (`wait`), the waits
+    /// already taken and the time spent waiting. Never for quota, auth or not-found reasons;
+    /// only within `max_wait_ms`, `max_attempts` and `budget_ms`. The wait includes a 50 ms
+    /// margin past the deadline.
+    pub fn cooldown_wait(&self, reason: Reason, wait: Duration, waits: u32, waited: Duration) -> Option<Duration> {
+        let cw = &self.settings.combo_cooldown_wait;
+        let waitable = matches!(
+            reason,
+            Reason::RateLimitExceeded | Reason::ServerError | Reason::ModelCapacity | Reason::Transport
+        );
+        if !cw.enabled || cw.max_wait_ms <= 0 || cw.max_attempts <= 0 || !waitable || wait.is_zero() {
+            return None;
+        }
+        let wait = wait + Duration::from_millis(50);
+        let max_wait = Duration::from_millis(cw.max_wait_ms as u64);
+        let budget = Duration::from_millis(cw.budget_ms.max(0) as u64);
+        (wait <= max_wait && i64::from(waits) < cw.max_attempts && budget.saturating_sub(waited) >= wait)
+            .then_some(wait)
+    }
+
+    /// M13: after `failing` got a 429 classified quota_exhausted or rate_limit_exceeded (see
+    /// `decision`), cool every sibling connection (same provider, same egress IP, given by the
+    /// shell with its `disable_cooling`) until the failing connection's own deadline. Returns
+    /// the siblings that were cooled.
+    pub fn cool_siblings(
+        &mut self,
+        now: Instant,
+        failing: &str,
+        decision: &Decision,
+        siblings: &[(&str, bool)],
+    ) -> Vec<String> {
+        let ip_bucketed = decision.upstream_status == 429
+            && matches!(decision.reason, Reason::QuotaExhausted | Reason::RateLimitExceeded);
+        let Some(until) = self.connections.get(failing).and_then(|s| s.rate_limited_until(now)) else {
+            return Vec::new();
+        };
+        if !ip_bucketed {
+            return Vec::new();
+        }
+        let mut cooled = Vec::new();
+        for (id, disable_cooling) in siblings {
+            if *id == failing {
+                continue;
+            }
+            if let Applied::Cooldown { until, level } =
+                self.connection_mut(id).share_cooldown(now, until, decision.reason, *disable_cooling)
+            {
+                let connection = self.intern(id);
+                self.push(Event::ConnectionCooldown { connection, until, level, reason: decision.reason });
+                cooled.push((*id).to_owned());
+            }
+        }
+        cooled
+    }
+
+    /// M8 at the end of a combo's set (nothing left to try): the soonest any candidate becomes
+    /// eligible again by a timer, and why it is excluded, decide whether the request waits
+    /// and dispatches the set again. Both the request's last failure (`last`) and the
+    /// soonest exclusion's own reason must be waitable, so a quota, auth or not-found
+    /// cooldown is never waited for.
+    pub fn set_wait(
+        &self,
+        now: Instant,
+        candidates: &[Candidate<'_>],
+        last: Option<Reason>,
+        waits: u32,
+        waited: Duration,
+    ) -> Option<Duration> {
+        let mut soonest: Option<(Duration, Reason)> = None;
+        for c in candidates {
+            let Some((why, left)) = self.exclusion(now, c) else { continue };
+            if !why.is_timer() || left.is_zero() {
+                continue;
+            }
+            let reason = match why {
+                ExclusionReason::Unavailable => {
+                    self.connections.get(c.connection).and_then(|s| s.last_error_type()).unwrap_or(Reason::Unknown)
+                }
+                ExclusionReason::ModelLockout => self
+                    .lockouts
+                    .remaining(now, c.provider, c.connection, c.model, c.family)
+                    .map_or(Reason::Unknown, |(_, r)| r),
+                _ => Reason::ServerError,
+            };
+            if soonest.is_none_or(|(d, _)| left < d) {
+                soonest = Some((left, reason));
+            }
+        }
+        let (wait, reason) = soonest?;
+        if let Some(l) = last {
+            self.cooldown_wait(l, wait, waits, waited)?;
+        }
+        self.cooldown_wait(reason, wait, waits, waited)
+    }
+}
+
+/// A target's identity for decks and rendezvous hashing: its provider and model.
+fn target_id(c: &Candidate<'_>) -> u64 {
+    stable_hash(c.provider.as_bytes()) ^ stable_hash(c.model.as_bytes()).rotate_left(17)
+}

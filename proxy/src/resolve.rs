@@ -1,0 +1,156 @@
+//! Resolving a request's `model` into targets: a combo (nested combos flattened, a pinned
+//! connection kept alone), `provider/model`, or a bare model a provider lists; and the
+//! emergency target (M16).
+
+use crate::config::{ComboConfig, Config, MAX_COMBO_DEPTH};
+use ferroute_core::engine::Strategy;
+
+/// One routable target of a request.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Index into `config.providers`.
+    pub provider: usize,
+    /// Index into `config.connections`.
+    pub connection: usize,
+    /// The model sent upstream.
+    pub model: String,
+    /// Position of the combo target it came from (0 for direct requests); nested combos
+    /// are flattened, so this counts the leaves.
+    pub target_index: usize,
+    /// The target's weight (a nested combo's targets: the product along the path).
+    pub weight: u32,
+    /// Declared cost.
+    pub cost: Option<f64>,
+    /// Declared context window.
+    pub context_window: Option<u64>,
+}
+
+/// How a request's `model` resolved.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Candidates in order.
+    pub targets: Vec<Target>,
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Whether it is a combo.
+    pub combo: bool,
+    /// Round-robin cursor name.
+    pub key: String,
+    /// Targets (provider/model leaves) the combo names, connections or not.
+    pub pool: Vec<String>,
+}
+
+/// Resolves a request's `model`: a combo name, `provider/model`, or a bare model (the
+/// first provider that lists it). Providers of every format are used: the request is
+/// translated where the formats differ.
+pub fn resolve(cfg: &Config, model: &str) -> Result<Plan, String> {
+    if let Some(combo) = cfg.combos.iter().find(|c| c.name == model) {
+        return Ok(combo_plan(cfg, combo));
+    }
+    let (provider, upstream_model) = match model.split_once('/') {
+        Some((p, m)) if cfg.provider(p).is_some() && !m.trim().is_empty() => (p.to_owned(), m.to_owned()),
+        Some((p, _)) if cfg.provider(p).is_some() => {
+            return Err(format!("model {model:?} names provider {p:?} but no model after the '/'"));
+        }
+        _ => match cfg.providers.iter().find(|p| p.models.iter().any(|m| m == model)) {
+            Some(p) => (p.id.clone(), model.to_owned()),
+            None => {
+                return Err(format!(
+                    "model {model:?} is not served here: use provider/model, a combo name, or a model a provider lists (GET /v1/models)"
+                ));
+            }
+        },
+    };
+    let pi = cfg.providers.iter().position(|p| p.id == provider).unwrap_or(0);
+    let targets = connections_of(cfg, pi)
+        .map(|ci| Target {
+            provider: pi,
+            connection: ci,
+            model: upstream_model.clone(),
+            target_index: 0,
+            weight: 1,
+            cost: None,
+            context_window: None,
+        })
+        .collect();
+    Ok(Plan {
+        targets,
+        strategy: Strategy::Priority,
+        combo: false,
+        key: model.to_owned(),
+        pool: vec![format!("{provider}/{upstream_model}")],
+    })
+}
+
+fn combo_plan(cfg: &Config, combo: &ComboConfig) -> Plan {
+    let mut plan = Plan {
+        targets: Vec::new(),
+        strategy: Strategy::parse(&combo.strategy).unwrap_or_default(),
+        combo: true,
+        key: combo.name.clone(),
+        pool: Vec::new(),
+    };
+    flatten(cfg, combo, 1, 1, &mut plan);
+    plan
+}
+
+/// Appends a combo's targets to `plan`, a nested combo's targets in its own listed order
+/// at the place it is named (validation refused cycles and nesting past the limit; the
+/// depth check here only guards the recursion).
+fn flatten(cfg: &Config, combo: &ComboConfig, depth: usize, weight: u32, plan: &mut Plan) {
+    for t in &combo.targets {
+        let w = weight.saturating_mul(t.weight);
+        if let Some(inner) = cfg.combos.iter().find(|c| c.name == t.target) {
+            if depth < MAX_COMBO_DEPTH {
+                flatten(cfg, inner, depth + 1, w, plan);
+            }
+            continue;
+        }
+        let Some((p, m)) = t.target.split_once('/') else { continue };
+        let Some(pi) = cfg.providers.iter().position(|x| x.id == p) else { continue };
+        let index = plan.pool.len();
+        plan.pool.push(t.target.clone());
+        let pinned = t.connection.as_deref();
+        let conns: Vec<usize> =
+            connections_of(cfg, pi).filter(|ci| pinned.is_none_or(|pin| cfg.connections[*ci].id == pin)).collect();
+        plan.targets.extend(conns.into_iter().map(|ci| Target {
+            provider: pi,
+            connection: ci,
+            model: m.to_owned(),
+            target_index: index,
+            weight: w,
+            cost: t.cost,
+            context_window: t.context_window,
+        }));
+    }
+}
+
+fn connections_of(cfg: &Config, provider: usize) -> impl Iterator<Item = usize> + '_ {
+    let id = &cfg.providers[provider].id;
+    cfg.connections.iter().enumerate().filter(move |(_, c)| &c.provider == id).map(|(i, _)| i)
+}
+
+/// M16: the emergency target as a plan of its own, when one is configured.
+pub fn emergency(cfg: &Config, key: &str) -> Option<Plan> {
+    let target = cfg.emergency_fallback.target.as_deref()?;
+    let (p, m) = target.split_once('/')?;
+    let pi = cfg.providers.iter().position(|x| x.id == p)?;
+    let targets: Vec<Target> = connections_of(cfg, pi)
+        .map(|ci| Target {
+            provider: pi,
+            connection: ci,
+            model: m.to_owned(),
+            target_index: 0,
+            weight: 1,
+            cost: None,
+            context_window: None,
+        })
+        .collect();
+    Some(Plan {
+        targets,
+        strategy: Strategy::Priority,
+        combo: true,
+        key: format!("{key}#emergency"),
+        pool: vec![target.to_owned()],
+    })
+}
