@@ -173,6 +173,8 @@ fn check_config_reports_every_problem() {
         .env("OPENAI_API_KEY_2", "y")
         .env("ANTHROPIC_API_KEY", "z")
         .env("MY_GATEWAY_KEY", "w")
+        .env("FREE_KEY_1", "f1")
+        .env("FREE_KEY_2", "f2")
         .output()
         .expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
