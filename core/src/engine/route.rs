@@ -108,6 +108,7 @@ impl Engine {
                     health: self.health(now, c.provider),
                     latency_ms: self.usage.latency_ms.get(c.provider).copied(),
                     last_good: last_good.is_some_and(|(p, m)| p == c.provider && m == c.model),
+                    capacity: None,
                 }
             })
             .collect();
@@ -131,11 +132,14 @@ impl Engine {
                         load: self.in_flight(c.connection),
                         used: self.usage.dispatched.get(c.connection).copied().unwrap_or(0),
                         quota: self.usage.quotas.get(c.connection).map(|q| q.at(now)).unwrap_or_default(),
+                        capacity: c.traits.max_concurrent,
                         ..Item::default()
                     }
                 })
                 .collect();
-            let key = format!("{}#{}", route.key, first.provider);
+            // Cursors, decks and credit among a provider's keys are the provider's own, shared by
+            // every combo and model that uses it.
+            let key = format!("connections#{}", first.provider);
             let mut within: Vec<usize> =
                 rank(first.traits.connection_strategy, &items, &route.ask, &key, &mut self.memory, &mut self.rng)
                     .into_iter()

@@ -58,6 +58,9 @@ pub enum Strategy {
     CacheOptimized,
     /// A multi-factor score: health, headroom, latency, cost, load (see [`score::auto`]).
     Auto,
+    /// Among a provider's connections only (M7): deficit round robin over each connection's
+    /// `max_concurrent`, with power of two choices; a saturated connection goes last.
+    QuotaShare,
 }
 
 impl Strategy {
@@ -82,7 +85,7 @@ impl Strategy {
     ];
 
     /// The strategies a provider may use among its connections (`connection_strategy`).
-    pub const FOR_CONNECTIONS: [Strategy; 8] = [
+    pub const FOR_CONNECTIONS: [Strategy; 9] = [
         Strategy::Priority,
         Strategy::Weighted,
         Strategy::FillFirst,
@@ -91,6 +94,7 @@ impl Strategy {
         Strategy::Random,
         Strategy::LeastUsed,
         Strategy::StrictRandom,
+        Strategy::QuotaShare,
     ];
 
     /// The config name.
@@ -112,6 +116,7 @@ impl Strategy {
             Strategy::ContextOptimized => "context-optimized",
             Strategy::CacheOptimized => "cache-optimized",
             Strategy::Auto => "auto",
+            Strategy::QuotaShare => "quota-share",
         }
     }
 
@@ -124,7 +129,7 @@ impl Strategy {
             "context" => "context-optimized",
             other => other,
         };
-        Strategy::ALL.into_iter().find(|s| s.as_str() == alias)
+        Strategy::ALL.into_iter().chain([Strategy::QuotaShare]).find(|s| s.as_str() == alias)
     }
 
     /// Whether a provider may use it among its connections.
@@ -169,6 +174,8 @@ pub struct Item {
     pub latency_ms: Option<f64>,
     /// Whether this option succeeded last for this combo.
     pub last_good: bool,
+    /// Requests it may run at once (a connection's `max_concurrent`), if limited.
+    pub capacity: Option<u32>,
 }
 
 impl Default for Item {
@@ -185,6 +192,7 @@ impl Default for Item {
             health: 1.0,
             latency_ms: None,
             last_good: false,
+            capacity: None,
         }
     }
 }
@@ -205,6 +213,7 @@ pub struct Ask {
 pub struct Memory {
     cursors: BTreeMap<String, usize>,
     decks: BTreeMap<String, Vec<u64>>,
+    deficits: BTreeMap<String, BTreeMap<u64, i64>>,
 }
 
 /// Keys remembered before the oldest state is dropped (a bound, not a tuning knob).
@@ -219,6 +228,13 @@ impl Memory {
             self.cursors.insert(key.to_owned(), 0);
         }
         self.cursors.entry(key.to_owned()).or_default()
+    }
+
+    fn deficits(&mut self, key: &str) -> &mut BTreeMap<u64, i64> {
+        if !self.deficits.contains_key(key) && self.deficits.len() >= MEMORY_CAP {
+            self.deficits.clear();
+        }
+        self.deficits.entry(key.to_owned()).or_default()
     }
 
     fn deck(&mut self, key: &str) -> &mut Vec<u64> {
@@ -258,6 +274,7 @@ pub fn rank(
         Strategy::ContextOptimized => score::context(items, ask),
         Strategy::CacheOptimized => score::cache(items, ask),
         Strategy::Auto => score::auto(items),
+        Strategy::QuotaShare => load::quota_share(items, memory.deficits(key), rng),
     }
 }
 

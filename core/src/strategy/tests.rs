@@ -28,6 +28,8 @@ fn names_round_trip_and_aliases_parse() {
     assert_eq!(Strategy::parse("context"), Some(Strategy::ContextOptimized));
     assert_eq!(Strategy::parse("fusion"), None);
     assert!(Strategy::P2c.for_connections() && !Strategy::Auto.for_connections());
+    assert_eq!(Strategy::parse("quota-share"), Some(Strategy::QuotaShare));
+    assert!(!Strategy::ALL.contains(&Strategy::QuotaShare), "a connection strategy only");
 }
 
 #[test]
@@ -109,6 +111,40 @@ fn p2c_never_puts_the_more_loaded_of_two_first() {
     let c = first_counts(Strategy::P2c, &its, &Ask::default(), 3_000, 5);
     assert_eq!(c.get(&2), None, "{c:?}");
     assert!(c[&1] > c[&0], "{c:?}");
+}
+
+#[test]
+fn quota_share_leads_in_proportion_to_capacity_and_never_with_a_full_connection() {
+    let mut its = items(2);
+    its[0].capacity = Some(1);
+    its[1].capacity = Some(3);
+    let c = first_counts(Strategy::QuotaShare, &its, &Ask::default(), 400, 3);
+    assert_eq!((c[&0], c[&1]), (100, 300), "{c:?}");
+    // Three options: shares follow capacities 1:2:5 within a few percent.
+    let mut its = items(3);
+    for (i, cap) in [1, 2, 5].into_iter().enumerate() {
+        its[i].capacity = Some(cap);
+    }
+    let c = first_counts(Strategy::QuotaShare, &its, &Ask::default(), 8_000, 3);
+    for (i, share) in [(0, 1.0 / 8.0), (1, 2.0 / 8.0), (2, 5.0 / 8.0)] {
+        let got = c[&i] as f64 / 8_000.0;
+        assert!((got - share).abs() < 0.03, "option {i}: {got} vs {share} ({c:?})");
+    }
+    // A saturated option goes last; when every option is full the order still covers all.
+    its[2].load = 5;
+    let c = first_counts(Strategy::QuotaShare, &its, &Ask::default(), 300, 3);
+    assert_eq!(c.get(&2), None, "{c:?}");
+    its[0].load = 1;
+    its[1].load = 2;
+    let order = rank(
+        Strategy::QuotaShare,
+        &its,
+        &Ask::default(),
+        "k",
+        &mut Memory::default(),
+        &mut ChaCha8Rng::seed_from_u64(1),
+    );
+    assert_eq!(order.len(), 3);
 }
 
 #[test]
@@ -271,7 +307,7 @@ mod properties {
             let ask = Ask { context_tokens: tokens, prefix_hash: prefix, tools: 0 };
             let mut mem = Memory::default();
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            for s in Strategy::ALL {
+            for s in Strategy::ALL.into_iter().chain([Strategy::QuotaShare]) {
                 for _ in 0..3 {
                     let mut order = rank(s, &its, &ask, "k", &mut mem, &mut rng);
                     order.sort();

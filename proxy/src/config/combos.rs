@@ -101,7 +101,7 @@ pub(super) fn validate(cfg: &Config, errors: &mut Vec<FieldError>) {
                     c.strategy
                 ),
             ));
-        } else if Strategy::parse(&c.strategy).is_none() {
+        } else if !Strategy::parse(&c.strategy).is_some_and(|s| Strategy::ALL.contains(&s)) {
             errors.push(err(
                 f("strategy"),
                 format!("{:?} is not a strategy ({})", c.strategy, Strategy::ALL.map(|s| s.as_str()).join(", ")),
