@@ -71,6 +71,7 @@ impl ApiHeaders {
 }
 
 /// One client request, in its client's wire format.
+#[derive(Clone)]
 pub struct Inbound {
     /// The API the client called.
     pub api: ClientApi,

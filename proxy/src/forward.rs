@@ -46,7 +46,10 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Ok(x) => x,
         Err(e) => return e.into_response_as(shape),
     };
-    let mut resp = dispatch(gw, plan, &inbound, &mut preps, ask).await;
+    let mut resp = match plan.multi.clone() {
+        Some(multi) => crate::multicall::run(gw, plan, multi, &inbound, &client).await,
+        None => dispatch(gw, plan, &inbound, &mut preps, ask).await,
+    };
     if let Some(w) = warning
         && let Ok(v) = HeaderValue::from_str(&w)
     {

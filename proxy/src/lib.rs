@@ -17,6 +17,7 @@ pub mod exchange;
 pub mod forward;
 pub mod gateway;
 pub mod metrics;
+pub mod multicall;
 pub mod plan;
 pub mod refuse;
 pub mod resolve;

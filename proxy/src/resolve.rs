@@ -38,6 +38,20 @@ pub struct Plan {
     pub key: String,
     /// Targets (provider/model leaves) the combo names, connections or not.
     pub pool: Vec<String>,
+    /// A multi-call combo: how its targets are called.
+    pub multi: Option<MultiCall>,
+}
+
+/// The multi-call strategies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MultiCall {
+    /// The targets answer in parallel; `judge` (`provider/model`) writes one answer from theirs.
+    Fusion {
+        /// The judge.
+        judge: String,
+    },
+    /// The targets in sequence, each improving the previous one's answer.
+    Pipeline,
 }
 
 /// Resolves a request's `model`: a combo name, `provider/model`, or a bare model (the
@@ -79,6 +93,7 @@ pub fn resolve(cfg: &Config, model: &str) -> Result<Plan, String> {
         combo: false,
         key: model.to_owned(),
         pool: vec![format!("{provider}/{upstream_model}")],
+        multi: None,
     })
 }
 
@@ -89,6 +104,11 @@ fn combo_plan(cfg: &Config, combo: &ComboConfig) -> Plan {
         combo: true,
         key: combo.name.clone(),
         pool: Vec::new(),
+        multi: match (combo.strategy.as_str(), &combo.judge) {
+            ("fusion", Some(judge)) => Some(MultiCall::Fusion { judge: judge.clone() }),
+            ("pipeline", _) => Some(MultiCall::Pipeline),
+            _ => None,
+        },
     };
     flatten(cfg, combo, 1, 1, &mut plan);
     plan
@@ -152,5 +172,6 @@ pub fn emergency(cfg: &Config, key: &str) -> Option<Plan> {
         combo: true,
         key: format!("{key}#emergency"),
         pool: vec![target.to_owned()],
+        multi: None,
     })
 }

@@ -75,9 +75,16 @@ pub fn generate(seed: u64) -> Scenario {
         upstreams.push(UpstreamSpec { host: host.clone(), routes: [("m".to_owned(), script)].into_iter().collect() });
         targets.push(format!("\"p{p}/m\""));
     }
+    // Mostly a routing strategy; sometimes a multi-call one (fusion judged by the first
+    // provider, or a pipeline), which needs two targets.
+    let multi = if targets.len() >= 2 { rng.random_range(0..10u32) } else { 9 };
+    let strategy = match multi {
+        0 => "fusion\"\njudge = \"p0/m".to_owned(),
+        1 => "pipeline".to_owned(),
+        _ => Strategy::ALL[rng.random_range(0..Strategy::ALL.len())].as_str().to_owned(),
+    };
     gateway.push_str(&format!(
-        "[[combos]]\nname = \"swarm\"\nstrategy = \"{}\"\ntargets = [{}]\n",
-        Strategy::ALL[rng.random_range(0..Strategy::ALL.len())].as_str(),
+        "[[combos]]\nname = \"swarm\"\nstrategy = \"{strategy}\"\ntargets = [{}]\n",
         targets.join(", ")
     ));
     if rng.random_bool(0.5) {

@@ -151,3 +151,122 @@ async fn operators_switch_the_emergency_target_at_runtime() {
     assert_eq!(off.status, 200, "{}", off.body);
     assert_eq!(chat(&gw, "fragile", false).await.status, 500);
 }
+
+const MULTI: &str = r#"
+[[providers]]
+id = "oai"
+format = "openai"
+base_url = "{UP}"
+models = ["echo"]
+[[connections]]
+id = "oai-1"
+provider = "oai"
+api_key = "sk-oai"
+[[providers]]
+id = "ant"
+format = "anthropic"
+base_url = "{UP}"
+models = ["echo"]
+[[connections]]
+id = "ant-1"
+provider = "ant"
+api_key = "sk-ant"
+[[combos]]
+name = "panel"
+strategy = "fusion"
+targets = ["oai/echo", "ant/echo", "oai/down"]
+judge = "ant/judge"
+[[combos]]
+name = "chain"
+strategy = "pipeline"
+targets = ["oai/echo", "oai/down", "ant/echo"]
+"#;
+
+fn multi_script() -> ScriptedUpstream {
+    script().route("judge", Script::always(Behaviour::echo()))
+}
+
+fn bodies(up: &Upstream, model: &str) -> Vec<serde_json::Value> {
+    up.script
+        .requests()
+        .iter()
+        .filter(|q| q.model == model)
+        .map(|q| serde_json::from_str(&q.body).unwrap_or(serde_json::Value::Null))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fusion_asks_the_panel_then_the_judge_with_their_answers() {
+    let up = upstream(multi_script()).await;
+    let gw = start(config(MULTI, &up), Persistence::Memory).await;
+    for (path, body) in [
+        (
+            "/v1/chat/completions",
+            serde_json::json!({"model": "panel", "messages": [{"role": "user", "content": "what is 2+2"}]}),
+        ),
+        (
+            "/v1/messages",
+            serde_json::json!({"model": "panel", "max_tokens": 64, "messages": [{"role": "user", "content": "what is 2+2"}]}),
+        ),
+    ] {
+        let r = send("POST", &gw.url(path), &[("content-type", "application/json")], &body.to_string()).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        assert_eq!(r.header("x-ferroute-combo-members"), Some("2/3"), "{path}");
+        assert_eq!(r.header("x-ferroute-selected-connection-id"), Some("ant-1"), "the judge answered");
+    }
+    // A streaming client gets the judge's answer as a stream (the panel is asked whole).
+    let streamed =
+        serde_json::json!({"model": "panel", "stream": true, "messages": [{"role": "user", "content": "what is 2+2"}]});
+    let r =
+        send("POST", &gw.url("/v1/chat/completions"), &[("content-type", "application/json")], &streamed.to_string())
+            .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("data: [DONE]"), "{}", r.body);
+    let panel_streams =
+        up.script.requests().iter().filter(|q| q.model != "judge" && q.body.contains("\"stream\":true")).count();
+    assert_eq!(panel_streams, 0, "panel members are asked for whole answers");
+    // Each judge request carries both panel answers (the echo of the question) after the
+    // question, as one user turn in Anthropic's alternating format.
+    let judged = bodies(&up, "judge");
+    assert_eq!(judged.len(), 3);
+    for j in &judged {
+        let turns = j["messages"].as_array().expect("messages");
+        let last = turns.last().expect("a turn");
+        assert_eq!(last["role"], "user");
+        let text = last["content"].to_string();
+        assert!(text.contains("<answer 1>") && text.contains("<answer 2>") && !text.contains("<answer 3>"), "{text}");
+        assert_eq!(text.matches("what is 2+2").count(), 3, "the question and two answers echoing it: {text}");
+    }
+    // A request with tools bypasses the panel: routed in order, first target serves.
+    let tools = serde_json::json!({"model": "panel", "messages": [{"role": "user", "content": "x"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]});
+    let before = up.script.requests().len();
+    let r = send("POST", &gw.url("/v1/chat/completions"), &[("content-type", "application/json")], &tools.to_string())
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-ferroute-combo-members"), None);
+    assert_eq!(up.script.requests().len(), before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_feeds_each_answer_to_the_next_step_and_streams_the_last() {
+    let up = upstream(multi_script()).await;
+    let gw = start(config(MULTI, &up), Persistence::Memory).await;
+    let body = serde_json::json!({"model": "chain", "stream": true, "messages": [{"role": "user", "content": "draft a haiku"}]});
+    let r =
+        send("POST", &gw.url("/v1/chat/completions"), &[("content-type", "application/json")], &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("data: [DONE]"), "the last step streams: {}", r.body);
+    // Step 1 (oai/echo) answered, step 2 (oai/down) failed and was skipped, step 3 (ant/echo)
+    // got the first answer as an assistant turn and the request to improve it.
+    let log: Vec<(String, String)> = up.script.requests().iter().map(|q| (q.model.clone(), q.body.clone())).collect();
+    assert_eq!(r.header("x-ferroute-combo-members"), Some("2/3"), "{log:?}");
+    let last = up.script.requests().last().cloned().expect("a request");
+    assert_eq!(last.path, "/v1/messages");
+    let sent: serde_json::Value = serde_json::from_str(&last.body).expect("json");
+    let turns = sent["messages"].as_array().expect("messages");
+    assert_eq!(turns.len(), 3, "{sent}");
+    assert_eq!(turns[1]["role"], "assistant");
+    assert!(turns[1]["content"].to_string().contains("draft a haiku"), "{sent}");
+    assert!(turns[2]["content"].to_string().contains("Improve the answer above"), "{sent}");
+}

@@ -12,10 +12,13 @@ use std::collections::BTreeSet;
 pub struct ComboConfig {
     /// Name clients ask for as `model`.
     pub name: String,
-    /// One of the M15 strategies (`priority` by default).
+    /// One of the M15 strategies (`priority` by default), or a multi-call one (`fusion`,
+    /// `pipeline`).
     pub strategy: String,
     /// Targets in order.
     pub targets: Vec<ComboTarget>,
+    /// `fusion`: the `provider/model` that synthesises the panel's answers.
+    pub judge: Option<String>,
     /// How many targets the file lists (unreadable ones are reported and left out).
     #[serde(skip)]
     pub declared_targets: usize,
@@ -59,6 +62,8 @@ pub(super) struct RawCombo {
     pub(super) strategy: String,
     #[serde(default)]
     pub(super) targets: Vec<toml::Value>,
+    #[serde(default)]
+    pub(super) judge: Option<String>,
 }
 
 /// `[emergency_fallback]` (M16): a target used once when every target of a combo failed or
@@ -72,8 +77,8 @@ pub struct EmergencyConfig {
     pub enabled: bool,
 }
 
-/// The multi-call strategies, named so that a config asking for one gets a clear refusal.
-const MULTI_CALL: [&str; 3] = ["fusion", "pipeline", "context-relay"];
+/// Multi-call strategies Ferroute runs: several upstream calls per request.
+pub const MULTI_CALL: [&str; 2] = ["fusion", "pipeline"];
 
 /// Deepest combo nesting (a combo naming a combo naming a combo).
 pub const MAX_COMBO_DEPTH: usize = 3;
@@ -93,19 +98,43 @@ pub(super) fn validate(cfg: &Config, errors: &mut Vec<FieldError>) {
         if !combos.insert(c.name.clone()) {
             errors.push(err(f("name"), format!("duplicate combo name {:?}", c.name)));
         }
-        if MULTI_CALL.contains(&c.strategy.as_str()) {
+        if c.strategy == "context-relay" {
             errors.push(err(
                 f("strategy"),
-                format!(
-                    "{:?} is a multi-call strategy, which Ferroute does not run; use a routing strategy",
-                    c.strategy
-                ),
+                "\"context-relay\" (handing a conversation to the next account with a summary) is not available; use a routing strategy, fusion or pipeline",
             ));
+        } else if MULTI_CALL.contains(&c.strategy.as_str()) {
+            if c.targets.len() < 2 && c.declared_targets < 2 {
+                errors.push(err(f("targets"), format!("{} needs at least two targets", c.strategy)));
+            }
+            if c.targets.iter().any(|t| cfg.combos.iter().any(|x| x.name == t.target)) {
+                errors.push(err(f("targets"), format!("{} targets must be provider/model, not combos", c.strategy)));
+            }
         } else if !Strategy::parse(&c.strategy).is_some_and(|s| Strategy::ALL.contains(&s)) {
             errors.push(err(
                 f("strategy"),
-                format!("{:?} is not a strategy ({})", c.strategy, Strategy::ALL.map(|s| s.as_str()).join(", ")),
+                format!(
+                    "{:?} is not a strategy ({}, or the multi-call fusion, pipeline)",
+                    c.strategy,
+                    Strategy::ALL.map(|s| s.as_str()).join(", ")
+                ),
             ));
+        }
+        match (&c.judge, c.strategy.as_str()) {
+            (None, "fusion") => {
+                errors.push(err(f("judge"), "fusion needs a judge: the provider/model that writes the answer"))
+            }
+            (Some(j), "fusion") => match j.split_once('/') {
+                Some((p, m)) if !m.is_empty() && cfg.provider(p).is_some() => {}
+                _ => errors.push(err(f("judge"), format!("{j:?} is not provider/model with a configured provider"))),
+            },
+            (Some(_), _) => errors.push(err(f("judge"), "only a fusion combo has a judge")),
+            (None, _) => {}
+        }
+        if MULTI_CALL.contains(&c.strategy.as_str())
+            && cfg.combos.iter().any(|x| x.targets.iter().any(|t| t.target == c.name))
+        {
+            errors.push(err(f("name"), format!("a {} combo cannot be nested in another combo", c.strategy)));
         }
         if c.targets.is_empty() && c.declared_targets == 0 {
             errors.push(err(f("targets"), "must list at least one provider/model or combo"));
@@ -209,5 +238,11 @@ pub(super) fn combo(i: usize, raw: &RawCombo, errors: &mut Vec<FieldError>) -> C
             )),
         }
     }
-    ComboConfig { name: raw.name.clone(), strategy: raw.strategy.clone(), targets, declared_targets: raw.targets.len() }
+    ComboConfig {
+        name: raw.name.clone(),
+        strategy: raw.strategy.clone(),
+        targets,
+        judge: raw.judge.clone(),
+        declared_targets: raw.targets.len(),
+    }
 }

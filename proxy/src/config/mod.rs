@@ -494,12 +494,13 @@ fn add_demo(raw: &mut RawConfig) {
         name: demo::FLAKY_COMBO.into(),
         strategy: "priority".into(),
         targets: vec![toml::Value::String(format!("{}/flaky", demo::FLAKY_PROVIDER))],
+        judge: None,
     });
 }
 
 mod combos;
 
-pub use combos::{ComboConfig, ComboTarget, EmergencyConfig, MAX_COMBO_DEPTH};
+pub use combos::{ComboConfig, ComboTarget, EmergencyConfig, MAX_COMBO_DEPTH, MULTI_CALL};
 use combos::{RawCombo, combo};
 
 #[cfg(test)]

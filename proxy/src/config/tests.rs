@@ -107,7 +107,7 @@ provider = "dup"
 max_concurrent = 0
 [[combos]]
 name = "x"
-strategy = "fusion"
+strategy = "best-effort"
 targets = ["missing/model", "nomodel"]
 [[combos]]
 name = "x"
@@ -239,4 +239,37 @@ fn nesting_deeper_than_three_is_refused() {
     parse(&ok).expect("three deep is allowed");
     let deep = format!("{ok}[[combos]]\nname = \"c4\"\ntargets = [\"c3\"]\n");
     assert_eq!(fields(parse(&deep)), vec!["combos[3].targets"]);
+}
+
+#[test]
+fn multi_call_combos_need_a_judge_or_two_targets_and_context_relay_is_named() {
+    let text = format!(
+        r#"{TWO_PROVIDERS}
+[[combos]]
+name = "f"
+strategy = "fusion"
+targets = ["p/a", "p/b"]
+[[combos]]
+name = "one-step"
+strategy = "pipeline"
+targets = ["p/a"]
+[[combos]]
+name = "relay"
+strategy = "context-relay"
+targets = ["p/a"]
+[[combos]]
+name = "judged"
+targets = ["p/a"]
+judge = "p/j"
+[[combos]]
+name = "ok"
+strategy = "fusion"
+targets = ["p/a", "p/b"]
+judge = "p/j"
+"#
+    );
+    assert_eq!(
+        fields(parse(&text)),
+        vec!["combos[0].judge", "combos[1].targets", "combos[2].strategy", "combos[3].judge"]
+    );
 }
