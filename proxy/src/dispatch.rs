@@ -10,7 +10,7 @@ use crate::gateway::{Gateway, Plan};
 use crate::plan::{Preps, slot};
 use crate::refuse::{Report, finish, no_target, recovery};
 use crate::upstream::{Failure, Step, attempt_once, failure_error};
-use ferroute_core::engine::{Candidate, Exclusion, Route, Selection};
+use ferroute_core::engine::{Exclusion, Route, Selection};
 use ferroute_core::strategy::Ask;
 use ferroute_core::tried::Tried;
 use http::Response;
@@ -42,7 +42,7 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
     for _ in 0..turns {
         let now = gw.clock.now();
         let selection = {
-            let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
+            let cands = gw.candidates(&plan);
             let route = Route { strategy: plan.strategy, key: &plan.key, ask };
             gw.with_engine(|e| e.select(now, &cands, &route, &tried))
         };
@@ -52,7 +52,7 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
             Selection::NoneEligible(ex) => {
                 if plan.combo && !emergency_used {
                     let wait = {
-                        let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
+                        let cands = gw.candidates(&plan);
                         let last_reason = last.as_ref().map(|f| f.decision.reason);
                         gw.with_engine(|e| e.set_wait(now, &cands, last_reason, waits, waited))
                     };
@@ -156,7 +156,7 @@ fn prepare_for<C: Connect + Clone + Send + Sync + 'static>(
 /// Targets all of whose connections resilience state excludes now, with the first reason.
 fn excluded<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, plan: &Plan) -> Vec<(String, &'static str)> {
     let now = gw.clock.now();
-    let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
+    let cands = gw.candidates(plan);
     let reasons: Vec<Option<&'static str>> =
         gw.with_engine(|e| cands.iter().map(|c| e.exclusion(now, c).map(|(r, _)| r.as_str())).collect());
     let mut out: Vec<(String, &'static str)> = Vec::new();
@@ -179,7 +179,7 @@ fn excluded<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, plan: &
 /// The soonest any candidate of the plan is eligible again by a timer.
 fn soonest_eligible<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, plan: &Plan) -> Option<Duration> {
     let now = gw.clock.now();
-    let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
+    let cands = gw.candidates(plan);
     gw.with_engine(|e| {
         cands
             .iter()

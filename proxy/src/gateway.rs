@@ -265,6 +265,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         }
     }
 
+    /// The core candidates of a plan's targets, in order.
+    pub fn candidates<'a>(&'a self, plan: &'a Plan) -> Vec<Candidate<'a>> {
+        plan.targets.iter().map(|t| self.candidate(t)).collect()
+    }
+
     /// Waits for a slot in queue `key`. Dropping the returned future (client gone) gives its
     /// place back.
     pub async fn admit(

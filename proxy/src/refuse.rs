@@ -5,7 +5,7 @@
 use crate::attempt::SELECTED;
 use crate::errors::{Body, ErrorShape, ProxyError, Source, retry_after_secs};
 use crate::gateway::{Gateway, Plan};
-use ferroute_core::engine::{Candidate, Exclusion, ExclusionReason, Refusal, refusal};
+use ferroute_core::engine::{Exclusion, ExclusionReason, Refusal, refusal};
 use http::{HeaderValue, Response};
 use hyper_util::client::legacy::connect::Connect;
 use std::collections::BTreeSet;
@@ -156,7 +156,7 @@ pub fn no_target<C: Connect + Clone + Send + Sync + 'static>(
     ex: &[Exclusion],
     report: &Report,
 ) -> ProxyError {
-    let cands: Vec<Candidate<'_>> = plan.targets.iter().map(|t| gw.candidate(t)).collect();
+    let cands = gw.candidates(plan);
     let relevant: Vec<&Exclusion> = ex.iter().filter(|e| e.reason != ExclusionReason::Skipped).collect();
     let provider = relevant.first().map(|e| gw.parts(&plan.targets[e.index]).0.id.clone()).unwrap_or_default();
     let per_connection = || {

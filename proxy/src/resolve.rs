@@ -25,6 +25,22 @@ pub struct Target {
     pub context_window: Option<u64>,
 }
 
+impl Target {
+    /// A target of a direct request (or the emergency target): one provider's model, no
+    /// declared traits.
+    fn direct(provider: usize, connection: usize, model: &str) -> Self {
+        Target {
+            provider,
+            connection,
+            model: model.to_owned(),
+            target_index: 0,
+            weight: 1,
+            cost: None,
+            context_window: None,
+        }
+    }
+}
+
 /// How a request's `model` resolved.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -76,17 +92,7 @@ pub fn resolve(cfg: &Config, model: &str) -> Result<Plan, String> {
         },
     };
     let pi = cfg.providers.iter().position(|p| p.id == provider).unwrap_or(0);
-    let targets = connections_of(cfg, pi)
-        .map(|ci| Target {
-            provider: pi,
-            connection: ci,
-            model: upstream_model.clone(),
-            target_index: 0,
-            weight: 1,
-            cost: None,
-            context_window: None,
-        })
-        .collect();
+    let targets = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, &upstream_model)).collect();
     Ok(Plan {
         targets,
         strategy: Strategy::Priority,
@@ -155,17 +161,7 @@ pub fn emergency(cfg: &Config, key: &str) -> Option<Plan> {
     let target = cfg.emergency_fallback.target.as_deref()?;
     let (p, m) = target.split_once('/')?;
     let pi = cfg.providers.iter().position(|x| x.id == p)?;
-    let targets: Vec<Target> = connections_of(cfg, pi)
-        .map(|ci| Target {
-            provider: pi,
-            connection: ci,
-            model: m.to_owned(),
-            target_index: 0,
-            weight: 1,
-            cost: None,
-            context_window: None,
-        })
-        .collect();
+    let targets: Vec<Target> = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, m)).collect();
     Some(Plan {
         targets,
         strategy: Strategy::Priority,

@@ -209,7 +209,7 @@ async fn fusion_asks_the_panel_then_the_judge_with_their_answers() {
             serde_json::json!({"model": "panel", "max_tokens": 64, "messages": [{"role": "user", "content": "what is 2+2"}]}),
         ),
     ] {
-        let r = send("POST", &gw.url(path), &[("content-type", "application/json")], &body.to_string()).await;
+        let r = post(&gw, path, &body).await;
         assert_eq!(r.status, 200, "{path}: {}", r.body);
         assert_eq!(r.header("x-ferroute-combo-members"), Some("2/3"), "{path}");
         assert_eq!(r.header("x-ferroute-selected-connection-id"), Some("ant-1"), "the judge answered");
@@ -217,9 +217,7 @@ async fn fusion_asks_the_panel_then_the_judge_with_their_answers() {
     // A streaming client gets the judge's answer as a stream (the panel is asked whole).
     let streamed =
         serde_json::json!({"model": "panel", "stream": true, "messages": [{"role": "user", "content": "what is 2+2"}]});
-    let r =
-        send("POST", &gw.url("/v1/chat/completions"), &[("content-type", "application/json")], &streamed.to_string())
-            .await;
+    let r = post(&gw, "/v1/chat/completions", &streamed).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.contains("data: [DONE]"), "{}", r.body);
     let panel_streams =
@@ -241,8 +239,7 @@ async fn fusion_asks_the_panel_then_the_judge_with_their_answers() {
     let tools = serde_json::json!({"model": "panel", "messages": [{"role": "user", "content": "x"}],
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]});
     let before = up.script.requests().len();
-    let r = send("POST", &gw.url("/v1/chat/completions"), &[("content-type", "application/json")], &tools.to_string())
-        .await;
+    let r = post(&gw, "/v1/chat/completions", &tools).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("x-ferroute-combo-members"), None);
     assert_eq!(up.script.requests().len(), before + 1);
@@ -253,8 +250,7 @@ async fn pipeline_feeds_each_answer_to_the_next_step_and_streams_the_last() {
     let up = upstream(multi_script()).await;
     let gw = start(config(MULTI, &up), Persistence::Memory).await;
     let body = serde_json::json!({"model": "chain", "stream": true, "messages": [{"role": "user", "content": "draft a haiku"}]});
-    let r =
-        send("POST", &gw.url("/v1/chat/completions"), &[("content-type", "application/json")], &body.to_string()).await;
+    let r = post(&gw, "/v1/chat/completions", &body).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.contains("data: [DONE]"), "the last step streams: {}", r.body);
     // Step 1 (oai/echo) answered, step 2 (oai/down) failed and was skipped, step 3 (ant/echo)

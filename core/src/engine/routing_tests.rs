@@ -27,6 +27,24 @@ fn pick(e: &mut Engine, now: Instant, c: &[Candidate<'_>], route: &Route<'_>, tr
     }
 }
 
+/// Picks the next candidate, fails it with `status` and `body`, and records that in `tried`;
+/// returns what was picked.
+fn pick_and_fail<'a>(
+    e: &mut Engine,
+    now: Instant,
+    c: &[Candidate<'a>],
+    route: &Route<'_>,
+    tried: &mut Tried,
+    status: u16,
+    body: &str,
+) -> (&'a str, &'a str) {
+    let (i, t) = pick(e, now, c, route, tried);
+    let outcome = AttemptOutcome::Upstream { status, headers: &[], body };
+    let d = e.record(now, &c[i], c[i].provider, t, outcome, true, false, None);
+    tried.failed(i, c[i].connection, d.as_ref());
+    (c[i].model, c[i].connection)
+}
+
 #[test]
 fn a_provider_level_failure_leaves_the_connection_for_the_next_target() {
     let now = t0();
@@ -34,33 +52,9 @@ fn a_provider_level_failure_leaves_the_connection_for_the_next_target() {
     let c = two_targets_two_keys();
     let route = Route::new(Strategy::Priority, "combo");
     let mut tried = Tried::new();
-    let (i, t) = pick(&mut e, now, &c, &route, &tried);
-    assert_eq!((c[i].model, c[i].connection), ("m1", "a"));
-    let d = e.record(
-        now,
-        &c[i],
-        "p",
-        t,
-        AttemptOutcome::Upstream { status: 503, headers: &[], body: "" },
-        true,
-        false,
-        None,
-    );
-    tried.failed(i, c[i].connection, d.as_ref());
+    assert_eq!(pick_and_fail(&mut e, now, &c, &route, &mut tried, 503, ""), ("m1", "a"));
     // m1 on b comes next (same target), then m2 on a: a is still usable for m2.
-    let (j, t) = pick(&mut e, now, &c, &route, &tried);
-    assert_eq!((c[j].model, c[j].connection), ("m1", "b"));
-    let d = e.record(
-        now,
-        &c[j],
-        "p",
-        t,
-        AttemptOutcome::Upstream { status: 503, headers: &[], body: "" },
-        true,
-        false,
-        None,
-    );
-    tried.failed(j, c[j].connection, d.as_ref());
+    assert_eq!(pick_and_fail(&mut e, now, &c, &route, &mut tried, 503, ""), ("m1", "b"));
     let (k, _) = pick(&mut e, now, &c, &route, &tried);
     assert_eq!((c[k].model, c[k].connection), ("m2", "a"));
 }
@@ -72,18 +66,7 @@ fn a_connection_level_failure_skips_the_connection_for_every_target() {
     let c = two_targets_two_keys();
     let route = Route::new(Strategy::Priority, "combo");
     let mut tried = Tried::new();
-    let (i, t) = pick(&mut e, now, &c, &route, &tried);
-    let d = e.record(
-        now,
-        &c[i],
-        "p",
-        t,
-        AttemptOutcome::Upstream { status: 402, headers: &[], body: "insufficient credits" },
-        true,
-        false,
-        None,
-    );
-    tried.failed(i, c[i].connection, d.as_ref());
+    pick_and_fail(&mut e, now, &c, &route, &mut tried, 402, "insufficient credits");
     assert!(tried.is_exhausted("a"));
     let (j, _) = pick(&mut e, now, &c, &route, &tried);
     assert_eq!(c[j].connection, "b");
@@ -99,9 +82,7 @@ fn the_retry_budget_stops_selection() {
     let route = Route::new(Strategy::Priority, "combo");
     let mut tried = Tried::new();
     for _ in 0..2 {
-        let (i, t) = pick(&mut e, now, &c, &route, &tried);
-        let d = e.record(now, &c[i], "p", t, AttemptOutcome::Transport, false, false, None);
-        tried.failed(i, c[i].connection, d.as_ref());
+        pick_and_fail(&mut e, now, &c, &route, &mut tried, 502, "");
     }
     assert_eq!(e.select(now, &c, &route, &tried), Selection::BudgetSpent { attempts: 2 });
 }

@@ -189,6 +189,11 @@ pub async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str)
     Reply { status, headers, body: String::from_utf8_lossy(&body).into_owned() }
 }
 
+/// A JSON `POST` to the gateway.
+pub async fn post(gw: &Running, path: &str, body: &serde_json::Value) -> Reply {
+    send("POST", &gw.url(path), &[("content-type", "application/json")], &body.to_string()).await
+}
+
 pub async fn chat(gw: &Running, model: &str, stream: bool) -> Reply {
     let body = serde_json::json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "hello from the test"}]});
     send("POST", &gw.url("/v1/chat/completions"), &[("content-type", "application/json")], &body.to_string()).await
