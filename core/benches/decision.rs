@@ -48,26 +48,30 @@ fn decision(c: &mut Criterion) {
         });
     });
 
-    c.bench_function("select_and_succeed_of_8", |b| {
-        let mut engine = Engine::new(settings.clone(), 1);
-        let now = start();
-        b.iter(|| {
-            if let Selection::Pick { index, ticket } =
-                engine.select(now, &cands, &Route::new(Strategy::Priority, "bench"), &skip)
-            {
-                black_box(engine.record(
-                    now,
-                    &cands[index],
-                    "openai",
-                    ticket,
-                    AttemptOutcome::Success,
-                    false,
-                    false,
-                    None,
-                ));
-            }
+    // The same keys in config order (the default connection strategy).
+    let in_order: Vec<Candidate<'_>> = cands.iter().map(|c| Candidate { traits: Traits::default(), ..*c }).collect();
+    for (name, set) in [("select_and_succeed_of_8", &in_order), ("select_round_robin_and_succeed_of_8", &cands)] {
+        c.bench_function(name, |b| {
+            let mut engine = Engine::new(settings.clone(), 1);
+            let now = start();
+            b.iter(|| {
+                if let Selection::Pick { index, ticket } =
+                    engine.select(now, set, &Route::new(Strategy::Priority, "bench"), &skip)
+                {
+                    black_box(engine.record(
+                        now,
+                        &set[index],
+                        "openai",
+                        ticket,
+                        AttemptOutcome::Success,
+                        false,
+                        false,
+                        None,
+                    ));
+                }
+            });
         });
-    });
+    }
 
     let profile = settings.cooldown_profile(ProviderClass::ApiKey);
     c.bench_function("classify_misreported_403", |b| {

@@ -83,6 +83,69 @@ impl Engine {
                 None => groups.push((t, vec![i])),
             }
         }
+        let target_order = if groups.len() == 1 { vec![0] } else { self.rank_targets(now, candidates, &groups, route) };
+        let mut out = Vec::with_capacity(eligible.len());
+        for g in target_order {
+            let members = &groups[g].1;
+            if members.len() == 1 {
+                out.push(members[0]);
+                continue;
+            }
+            let first = &candidates[members[0]];
+            let strategy = first.traits.connection_strategy;
+            // Cursors, decks and credit among a provider's keys are the provider's own, shared by
+            // every combo and model that uses it.
+            let mut within: Vec<usize> = if strategy == Strategy::Priority {
+                members.clone()
+            } else if strategy == Strategy::RoundRobin {
+                let start = self.connection_memory.rotate(first.provider, members.len());
+                members.iter().cycle().skip(start).take(members.len()).copied().collect()
+            } else {
+                let usage = strategy.reads_usage();
+                let items: Vec<Item> = members
+                    .iter()
+                    .map(|&m| {
+                        let c = &candidates[m];
+                        let mut item = Item {
+                            index: m,
+                            id: stable_hash(c.connection.as_bytes()),
+                            weight: c.traits.connection_weight,
+                            capacity: c.traits.max_concurrent,
+                            ..Item::default()
+                        };
+                        if usage {
+                            item.load = self.in_flight(c.connection);
+                            item.used = self.usage.dispatched.get(c.connection).copied().unwrap_or(0);
+                            item.quota = self.usage.quotas.get(c.connection).map(|q| q.at(now)).unwrap_or_default();
+                        }
+                        item
+                    })
+                    .collect();
+                rank(strategy, &items, &route.ask, first.provider, &mut self.connection_memory, &mut self.rng)
+                    .into_iter()
+                    .map(|p| members[p])
+                    .collect()
+            };
+            // M7: a connection at its max_concurrent goes behind those with room (stable).
+            if members.iter().any(|&m| candidates[m].traits.max_concurrent.is_some()) {
+                within.sort_by_key(|&m| {
+                    let c = &candidates[m];
+                    c.traits.max_concurrent.is_some_and(|max| self.in_flight(c.connection) >= max)
+                });
+            }
+            out.extend(within);
+        }
+        out
+    }
+
+    /// Orders the targets (groups of candidates) by the route's strategy.
+    fn rank_targets(
+        &mut self,
+        now: Instant,
+        candidates: &[Candidate<'_>],
+        groups: &[(usize, Vec<usize>)],
+        route: &Route<'_>,
+    ) -> Vec<usize> {
         let last_good = self.usage.last_good.get(route.key);
         let target_items: Vec<Item> = groups
             .iter()
@@ -112,47 +175,7 @@ impl Engine {
                 }
             })
             .collect();
-        let target_order = rank(route.strategy, &target_items, &route.ask, route.key, &mut self.memory, &mut self.rng);
-        let mut out = Vec::with_capacity(eligible.len());
-        for g in target_order {
-            let members = &groups[g].1;
-            if members.len() == 1 {
-                out.push(members[0]);
-                continue;
-            }
-            let first = &candidates[members[0]];
-            let items: Vec<Item> = members
-                .iter()
-                .map(|&m| {
-                    let c = &candidates[m];
-                    Item {
-                        index: m,
-                        id: stable_hash(c.connection.as_bytes()),
-                        weight: c.traits.connection_weight,
-                        load: self.in_flight(c.connection),
-                        used: self.usage.dispatched.get(c.connection).copied().unwrap_or(0),
-                        quota: self.usage.quotas.get(c.connection).map(|q| q.at(now)).unwrap_or_default(),
-                        capacity: c.traits.max_concurrent,
-                        ..Item::default()
-                    }
-                })
-                .collect();
-            // Cursors, decks and credit among a provider's keys are the provider's own, shared by
-            // every combo and model that uses it.
-            let key = format!("connections#{}", first.provider);
-            let mut within: Vec<usize> =
-                rank(first.traits.connection_strategy, &items, &route.ask, &key, &mut self.memory, &mut self.rng)
-                    .into_iter()
-                    .map(|p| members[p])
-                    .collect();
-            // M7: a connection at its max_concurrent goes behind those with room (stable).
-            within.sort_by_key(|&m| {
-                let c = &candidates[m];
-                c.traits.max_concurrent.is_some_and(|max| self.in_flight(c.connection) >= max)
-            });
-            out.extend(within);
-        }
-        out
+        rank(route.strategy, &target_items, &route.ask, route.key, &mut self.memory, &mut self.rng)
     }
 
     fn health(&self, now: Instant, provider: &str) -> f64 {

@@ -132,6 +132,23 @@ impl Strategy {
         Strategy::ALL.into_iter().chain([Strategy::QuotaShare]).find(|s| s.as_str() == alias)
     }
 
+    /// Whether it reads traffic and quota state (load, dispatch counts, reported quotas,
+    /// health, latency); the others order by position, weight, cost or hash alone, so the
+    /// engine need not look that state up for them.
+    pub fn reads_usage(self) -> bool {
+        matches!(
+            self,
+            Strategy::FillFirst
+                | Strategy::P2c
+                | Strategy::LeastUsed
+                | Strategy::ResetAware
+                | Strategy::ResetWindow
+                | Strategy::Headroom
+                | Strategy::Auto
+                | Strategy::QuotaShare
+        )
+    }
+
     /// Whether a provider may use it among its connections.
     pub fn for_connections(self) -> bool {
         Strategy::FOR_CONNECTIONS.contains(&self)
@@ -220,29 +237,38 @@ pub struct Memory {
 const MEMORY_CAP: usize = 10_000;
 
 impl Memory {
+    /// Round-robin without items: the start position among `len` options for `key`, the
+    /// cursor advanced (the same rotation [`simple::round_robin`] applies).
+    pub fn rotate(&mut self, key: &str, len: usize) -> usize {
+        let cursor = self.cursor(key);
+        let start = *cursor % len.max(1);
+        *cursor = cursor.wrapping_add(1);
+        start
+    }
+
     fn cursor(&mut self, key: &str) -> &mut usize {
-        if !self.cursors.contains_key(key) {
-            if self.cursors.len() >= MEMORY_CAP {
-                self.cursors.clear();
-            }
-            self.cursors.insert(key.to_owned(), 0);
-        }
-        self.cursors.entry(key.to_owned()).or_default()
+        slot(&mut self.cursors, key)
     }
 
     fn deficits(&mut self, key: &str) -> &mut BTreeMap<u64, i64> {
-        if !self.deficits.contains_key(key) && self.deficits.len() >= MEMORY_CAP {
-            self.deficits.clear();
-        }
-        self.deficits.entry(key.to_owned()).or_default()
+        slot(&mut self.deficits, key)
     }
 
     fn deck(&mut self, key: &str) -> &mut Vec<u64> {
-        if !self.decks.contains_key(key) && self.decks.len() >= MEMORY_CAP {
-            self.decks.clear();
-        }
-        self.decks.entry(key.to_owned()).or_default()
+        slot(&mut self.decks, key)
     }
+}
+
+/// The entry for `key`, created on first use (allocating the key only then); the map is
+/// cleared when it reaches [`MEMORY_CAP`] keys.
+fn slot<'m, V: Default>(map: &'m mut BTreeMap<String, V>, key: &str) -> &'m mut V {
+    if !map.contains_key(key) {
+        if map.len() >= MEMORY_CAP {
+            map.clear();
+        }
+        map.insert(key.to_owned(), V::default());
+    }
+    map.get_mut(key).unwrap_or_else(|| unreachable!("inserted above"))
 }
 
 /// Orders `items` for `strategy`: returns positions into `items`, each exactly once.
