@@ -22,6 +22,7 @@ pub mod provider_cooldown;
 pub mod quota;
 pub mod restate;
 pub mod rules;
+pub mod session;
 pub mod settings;
 pub mod strategy;
 pub mod tried;

@@ -31,7 +31,7 @@ fn lockout_json(
 /// `GET /api/monitoring/health`.
 pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
     let now = gw.clock.now();
-    let (providers, connections, lockouts) = gw.with_engine(|e| {
+    let (providers, connections, lockouts, pins) = gw.with_engine(|e| {
         let providers: Vec<serde_json::Value> = gw
             .config
             .providers
@@ -66,7 +66,7 @@ pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Re
             .collect();
         let lockouts: Vec<serde_json::Value> =
             e.lockouts().list(now).into_iter().map(|l| lockout_json(&gw.clock, &l, now)).collect();
-        (providers, connections, lockouts)
+        (providers, connections, lockouts, e.affinity().len(now))
     });
     let queues: Vec<serde_json::Value> = gw
         .queue_depths()
@@ -83,6 +83,7 @@ pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Re
         "connections": connections,
         "model_lockouts": lockouts,
         "queues": queues,
+        "session_pins": pins,
         "emergency_fallback": {
             "target": gw.config.emergency_fallback.target,
             "enabled": gw.emergency.load(std::sync::atomic::Ordering::Relaxed),

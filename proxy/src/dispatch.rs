@@ -43,7 +43,13 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
         let now = gw.clock.now();
         let selection = {
             let cands = gw.candidates(&plan);
-            let route = Route { strategy: plan.strategy, key: &plan.key, ask };
+            let route = Route {
+                strategy: plan.strategy,
+                key: &plan.key,
+                ask,
+                session: inbound.session.as_deref(),
+                session_ttl: inbound.session_ttl,
+            };
             gw.with_engine(|e| e.select(now, &cands, &route, &tried))
         };
         gw.settle();

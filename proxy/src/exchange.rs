@@ -93,6 +93,10 @@ pub struct Inbound {
     pub dropped: Vec<String>,
     /// Unix seconds, for `created` fields.
     pub created: u64,
+    /// The session key (M5), when affinity is on and the request names or implies a session.
+    pub session: Option<String>,
+    /// How long this request's session pin lasts (the setting, or the request's override).
+    pub session_ttl: std::time::Duration,
 }
 
 impl Inbound {
@@ -111,6 +115,8 @@ impl Inbound {
             responses: None,
             dropped: Vec::new(),
             created,
+            session: None,
+            session_ttl: std::time::Duration::ZERO,
         }
     }
 
@@ -129,6 +135,8 @@ impl Inbound {
             responses: Some(ResponseBuilder::new(id, created, body)),
             dropped,
             created,
+            session: None,
+            session_ttl: std::time::Duration::ZERO,
         })
     }
 }

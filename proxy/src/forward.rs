@@ -28,6 +28,10 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
     let shape = exchange::error_shape(api);
     let headers = ApiHeaders::from(req.headers());
     let query = req.uri().query().map(str::to_owned);
+    let session_headers = match SessionHeaders::read(req.headers(), &gw) {
+        Ok(h) => h,
+        Err(e) => return e.into_response_as(shape),
+    };
     let (raw, json) = match read_json(
         req,
         gw.config.server.max_body_bytes,
@@ -38,8 +42,10 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Ok(v) => v,
         Err(e) => return e.into_response_as(shape),
     };
+    let session = session_headers.key(&json);
+    let session_ttl = session_headers.ttl;
     let (inbound, model, warning) = match inbound(&gw, api, raw, json, headers) {
-        Ok((i, m, w)) => (Inbound { query, ..i }, m, w),
+        Ok((i, m, w)) => (Inbound { query, session, session_ttl, ..i }, m, w),
         Err(e) => return e.into_response_as(shape),
     };
     let (plan, mut preps, ask) = match plan(&gw, &model, &client, &inbound) {
@@ -56,6 +62,53 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         resp.headers_mut().insert("x-ferroute-warning", v);
     }
     resp
+}
+
+/// What a request says about its session (M5): the session headers and the TTL, the
+/// setting's or the request's own (`X-Ferroute-Session-Ttl-Ms`). These headers are never
+/// forwarded upstream (upstream requests carry only the headers their format needs).
+struct SessionHeaders {
+    named: Vec<(&'static str, String)>,
+    ttl: Duration,
+}
+
+/// The per-request override of `[resilience.session_affinity] ttl_ms`.
+pub const SESSION_TTL_HEADER: &str = "x-ferroute-session-ttl-ms";
+
+impl SessionHeaders {
+    fn read<C: Connect + Clone + Send + Sync + 'static>(
+        h: &http::HeaderMap,
+        gw: &Gateway<C>,
+    ) -> Result<SessionHeaders, ProxyError> {
+        let ttl_ms = match h.get(SESSION_TTL_HEADER) {
+            None => gw.config.resilience.session_affinity.ttl_ms.max(0) as u64,
+            Some(v) => v
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|ms| *ms <= 30 * 24 * 3_600_000)
+                .ok_or_else(|| {
+                    ProxyError::bad_request(
+                        "invalid_session_ttl",
+                        format!("{SESSION_TTL_HEADER} must be milliseconds between 0 and 2592000000 (0 turns affinity off for this request)"),
+                    )
+                })?,
+        };
+        let named = ferroute_core::session::key::SESSION_HEADERS
+            .iter()
+            .filter_map(|n| h.get(*n).and_then(|v| v.to_str().ok()).map(|v| (*n, v.to_owned())))
+            .collect();
+        Ok(SessionHeaders { named, ttl: Duration::from_millis(ttl_ms) })
+    }
+
+    /// The session key, when affinity is on for this request.
+    fn key(&self, body: &serde_json::Value) -> Option<String> {
+        if self.ttl.is_zero() {
+            return None;
+        }
+        let named: Vec<(&str, &str)> = self.named.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        ferroute_core::session::session_key(&named, body)
+    }
 }
 
 /// Checks the fields each API requires and brings the request into its wire format.

@@ -4,10 +4,11 @@
 use crate::clock::{Clock, ms};
 use crate::config::{Config, ConnectionConfig, ProviderConfig};
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError, age_breaker, age_connection};
+use crate::store::{PinWrite, Store, StoreError, age_breaker, age_connection};
 use bytes::Bytes;
 use ferroute_core::admission::{AdmissionQueue, Enter, FailMode, Permit, QueueLimits, QueueRejection, WaitExpiry};
 use ferroute_core::engine::{Candidate, Engine, Event, Strategy, Traits};
+use ferroute_core::session::PinEvent;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::Connect;
@@ -141,6 +142,14 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                 engine.restore_connection(&id, &age_connection(snap, wall.saturating_sub(saved)), now);
             }
         }
+        // M5: pins keep their wall-clock expiry across a restart; pins to connections no longer
+        // configured are left to lapse.
+        for (session, provider, connection, expires) in loaded.pins {
+            if self.config.connections.iter().any(|c| c.id == connection && c.provider == provider) {
+                let remaining = Duration::from_millis(expires.saturating_sub(wall));
+                engine.affinity_mut().restore(now, &session, &provider, &connection, remaining);
+            }
+        }
         drop(engine);
         if self.config.emergency_fallback.target.is_some()
             && let Some(v) = store.setting(crate::admin::EMERGENCY_SETTING)?
@@ -177,7 +186,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                     | Event::ConnectionRecovered { connection } => {
                         conns.insert(connection.to_string());
                     }
-                    Event::Lockout { .. } => {}
+                    Event::Lockout { .. } | Event::Pin(_) => {}
                 }
             }
             let breakers: Vec<_> = providers
@@ -201,6 +210,26 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             && let Err(e) = store.save(&breakers, &connections, self.clock.wall_ms(now))
         {
             tracing::error!(error = %e, "could not persist resilience state");
+        }
+        let pins: Vec<PinWrite> = events
+            .iter()
+            .filter_map(|ev| match ev {
+                Event::Pin(PinEvent::Set { session, provider, connection, expires_at }) => Some(PinWrite::Set(
+                    session.clone(),
+                    provider.clone(),
+                    connection.clone(),
+                    self.clock.wall_ms(*expires_at),
+                )),
+                Event::Pin(PinEvent::Dropped { session, provider }) => {
+                    Some(PinWrite::Drop(session.clone(), provider.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        if let Some(store) = &self.store
+            && let Err(e) = store.save_pins(&pins, self.clock.wall_ms(now))
+        {
+            tracing::error!(error = %e, "could not persist session pins");
         }
     }
 
@@ -418,6 +447,11 @@ fn log_event(ev: &Event, clock: &Clock) {
         Event::Lockout { provider, connection, model, cooldown } => {
             tracing::info!(%provider, %connection, %model, cooldown_ms = ms(*cooldown), "model locked out")
         }
+        // Session keys may carry client identifiers: pins are logged at debug level only.
+        Event::Pin(PinEvent::Set { provider, connection, .. }) => {
+            tracing::debug!(%provider, %connection, "session pinned")
+        }
+        Event::Pin(PinEvent::Dropped { provider, .. }) => tracing::debug!(%provider, "session pin dropped"),
     }
 }
 

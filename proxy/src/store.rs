@@ -1,4 +1,5 @@
-//! SQLite persistence (M20): breaker snapshots, connection states and the effective settings.
+//! SQLite persistence (M20): breaker snapshots, connection states, session pins (M5) and the
+//! effective settings.
 //!
 //! WAL mode, every write in a transaction, so a crash mid-write leaves a consistent store and
 //! `kill -9` loses nothing already written. Snapshots carry times relative to when they were
@@ -37,6 +38,17 @@ pub struct Loaded {
     pub breakers: Vec<(String, BreakerSnapshot, u64)>,
     /// Connection snapshots by id, with the wall time they were saved.
     pub connections: Vec<(String, ConnectionSnapshot, u64)>,
+    /// Session pins: session, provider, connection, wall time the pin lapses.
+    pub pins: Vec<(String, String, String, u64)>,
+}
+
+/// A session pin change to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PinWrite {
+    /// Set: session, provider, connection, wall time the pin lapses.
+    Set(String, String, String, u64),
+    /// Delete: session, provider.
+    Drop(String, String),
 }
 
 /// The store.
@@ -49,6 +61,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS breakers (provider TEXT PRIMARY KEY, snapshot TEXT NOT NULL, saved_at_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS connections (id TEXT PRIMARY KEY, snapshot TEXT NOT NULL, saved_at_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL, saved_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS session_pins (session TEXT NOT NULL, provider TEXT NOT NULL, connection TEXT NOT NULL, expires_at_ms INTEGER NOT NULL, PRIMARY KEY (session, provider));
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '1');
 ";
 
@@ -98,7 +111,44 @@ impl Store {
             let snap = serde_json::from_str(&json).map_err(|_| StoreError::Corrupt(format!("connection {id}")))?;
             out.connections.push((id, snap, at.max(0) as u64));
         }
+        let mut stmt = conn.prepare(
+            "SELECT session, provider, connection, expires_at_ms FROM session_pins ORDER BY session, provider",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
+        })?;
+        for row in rows {
+            let (s, p, c, at) = row?;
+            out.pins.push((s, p, c, at.max(0) as u64));
+        }
         Ok(out)
+    }
+
+    /// Applies session pin changes in one transaction, and drops pins that lapsed before
+    /// `wall_ms`.
+    pub fn save_pins(&self, writes: &[PinWrite], wall_ms: u64) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        for w in writes {
+            match w {
+                PinWrite::Set(s, p, c, at) => {
+                    tx.execute(
+                        "INSERT INTO session_pins (session, provider, connection, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT(session, provider) DO UPDATE SET connection = excluded.connection, expires_at_ms = excluded.expires_at_ms",
+                        params![s, p, c, *at as i64],
+                    )?;
+                }
+                PinWrite::Drop(s, p) => {
+                    tx.execute("DELETE FROM session_pins WHERE session = ?1 AND provider = ?2", params![s, p])?;
+                }
+            }
+        }
+        tx.execute("DELETE FROM session_pins WHERE expires_at_ms <= ?1", params![wall_ms as i64])?;
+        tx.commit()?;
+        Ok(())
     }
 
     /// Writes snapshots in one transaction.
@@ -207,5 +257,18 @@ mod tests {
         store.save_setting("resilience.effective", "{}", 5).expect("setting");
         assert_eq!(store.setting("resilience.effective").expect("read").as_deref(), Some("{}"));
         assert_eq!(store.setting("missing").expect("read"), None);
+    }
+
+    #[test]
+    fn pins_are_upserted_dropped_and_lapse() {
+        let store = Store::in_memory().expect("store");
+        let set = |s: &str, c: &str, at: u64| PinWrite::Set(s.into(), "p".into(), c.into(), at);
+        store
+            .save_pins(&[set("s1", "k1", 10_000), set("s2", "k2", 10_000), set("s3", "k3", 2_000)], 1_000)
+            .expect("save");
+        // Moving s1, dropping s2; s3 lapsed by wall time 5 000.
+        store.save_pins(&[set("s1", "k9", 20_000), PinWrite::Drop("s2".into(), "p".into())], 5_000).expect("save");
+        let pins = store.load().expect("load").pins;
+        assert_eq!(pins, vec![("s1".to_owned(), "p".to_owned(), "k9".to_owned(), 20_000)]);
     }
 }

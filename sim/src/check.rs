@@ -204,6 +204,13 @@ impl Recorder {
                 self.cooling_until.remove(&**connection);
                 self.close_span(&format!("conn:{connection}"), at);
             }
+            Event::Pin(ferroute_core::session::PinEvent::Set { session, provider, connection, expires_at }) => {
+                let until = ms_of(*expires_at);
+                self.note(at, format!("pin {session} on {provider} to {connection} until={until}"));
+            }
+            Event::Pin(ferroute_core::session::PinEvent::Dropped { session, provider }) => {
+                self.note(at, format!("pin {session} on {provider} dropped"));
+            }
             Event::Lockout { provider, connection, model, cooldown } => {
                 self.note(at, format!("lockout {provider}/{connection}/{model} for {} ms", cooldown.as_millis()));
                 self.spans.push(Span {

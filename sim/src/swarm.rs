@@ -91,6 +91,10 @@ pub fn generate(seed: u64) -> Scenario {
         gateway.push_str("[resilience.throughput_watchdog]\nenabled = true\nwarmup_ms = 1000\nwindow_ms = 2000\nmin_bytes_per_second = 1\n");
     }
     gateway.push_str("[resilience.request_queue]\nexecution_max_wait_ms = 20000\n");
+    let affinity = rng.random_bool(0.5);
+    if affinity {
+        gateway.push_str("[resilience.session_affinity]\nttl_ms = 600000\n");
+    }
 
     let mut workload = Vec::new();
     let mut faults = Vec::new();
@@ -106,7 +110,12 @@ pub fn generate(seed: u64) -> Scenario {
             model,
             stream: rng.random_bool(0.4),
             anthropic: rng.random_bool(0.4),
-            headers: BTreeMap::new(),
+            // Some groups are one agent session (with affinity on, pinned to one key).
+            headers: if affinity && rng.random_bool(0.5) {
+                [("x-session-id".to_owned(), format!("swarm-session-{g}"))].into_iter().collect()
+            } else {
+                BTreeMap::new()
+            },
             prompt: None,
             pad_bytes: 0,
             tools: 0,

@@ -14,6 +14,7 @@ use crate::lockout::LockoutConfig;
 use crate::lockout::{LockRequest, ModelLockouts, rule_lock_scope};
 use crate::provider_cooldown::ProviderCooldownConfig;
 use crate::provider_cooldown::ProviderCooldownTracker;
+use crate::session::{Affinity, PinEvent};
 use crate::settings::ResilienceSettings;
 use crate::strategy::{Ask, Memory};
 use crate::types::{ProviderClass, Reason, TerminalState};
@@ -87,8 +88,8 @@ impl Default for Traits {
 pub use crate::strategy::Strategy;
 
 /// How one request routes: the strategy among its targets, the key its round-robin cursor,
-/// deck and last-known-good are kept under (a combo or model name), and what strategies read
-/// of the request.
+/// deck and last-known-good are kept under (a combo or model name), what strategies read of
+/// the request, and its session (M5) with the pin's TTL.
 #[derive(Debug, Clone, Copy)]
 pub struct Route<'a> {
     /// Strategy among targets.
@@ -97,12 +98,16 @@ pub struct Route<'a> {
     pub key: &'a str,
     /// The request's traits.
     pub ask: Ask,
+    /// The session key, if the request has one.
+    pub session: Option<&'a str>,
+    /// How long a session pin lasts (zero: affinity off).
+    pub session_ttl: Duration,
 }
 
 impl<'a> Route<'a> {
-    /// A route with no request traits.
+    /// A route with no request traits and no session.
     pub fn new(strategy: Strategy, key: &'a str) -> Self {
-        Route { strategy, key, ask: Ask::default() }
+        Route { strategy, key, ask: Ask::default(), session: None, session_ttl: Duration::ZERO }
     }
 }
 
@@ -156,6 +161,8 @@ pub enum Event {
         /// Connection id.
         connection: Arc<str>,
     },
+    /// A session pin changed (M5).
+    Pin(PinEvent),
     /// A model lockout was recorded.
     Lockout {
         /// Provider.
@@ -218,6 +225,7 @@ pub struct Engine {
     memory: Memory,
     connection_memory: Memory,
     usage: Usage,
+    affinity: Affinity,
     rng: ChaCha8Rng,
     events: VecDeque<Event>,
     /// Interned ids, so that events name providers, connections and models without
@@ -241,6 +249,7 @@ impl Engine {
             memory: Memory::default(),
             connection_memory: Memory::default(),
             usage: Usage::default(),
+            affinity: Affinity::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             events: VecDeque::new(),
             ids: BTreeMap::new(),
@@ -293,6 +302,16 @@ impl Engine {
         }
     }
 
+    /// The session pins (M5).
+    pub fn affinity(&self) -> &Affinity {
+        &self.affinity
+    }
+
+    /// The session pins, mutably (restore).
+    pub fn affinity_mut(&mut self) -> &mut Affinity {
+        &mut self.affinity
+    }
+
     /// The model lockouts.
     pub fn lockouts(&self) -> &ModelLockouts {
         &self.lockouts
@@ -308,7 +327,10 @@ impl Engine {
         if let Some(t) = self.breakers.poll_event() {
             return Some(Event::Breaker(t));
         }
-        self.events.pop_front()
+        if let Some(e) = self.events.pop_front() {
+            return Some(e);
+        }
+        self.affinity.poll_event().map(Event::Pin)
     }
 
     /// The earliest instant at which some state changes by itself.
@@ -326,6 +348,7 @@ impl Engine {
     /// Drops expired bookkeeping (lockouts past their window, idle tracker records).
     pub fn sweep(&mut self, now: Instant) {
         self.lockouts.sweep(now, &self.derived.lockout);
+        self.affinity.sweep(now);
         self.tracker.sweep(now, &self.derived.provider_cooldown);
     }
 
@@ -488,6 +511,10 @@ impl Engine {
             }
         }
         let applied = self.connection_mut(c.connection).record_failure(now, d, message, disable_cooling);
+        if matches!(applied, Applied::Cooldown { .. } | Applied::Terminal(_)) {
+            // M5: sessions pinned to a key that failed at the account level move on.
+            self.affinity.evict_connection(c.connection);
+        }
         match applied {
             Applied::Cooldown { until, level } => {
                 let connection = self.intern(c.connection);

@@ -50,6 +50,9 @@ impl Engine {
                 Admission::Admit(ticket) | Admission::Probe(ticket) => {
                     self.connection_mut(c.connection).on_selected(now);
                     self.dispatched(c.connection);
+                    if route.session.is_some() {
+                        self.affinity.used(now, c.connection);
+                    }
                     return Selection::Pick { index: i, ticket };
                 }
                 Admission::Reject { retry_after } => {
@@ -71,7 +74,7 @@ impl Engine {
         eligible: &[usize],
         route: &Route<'_>,
     ) -> Vec<usize> {
-        if eligible.len() <= 1 {
+        if eligible.len() <= 1 && route.session.is_none() {
             return eligible.to_vec();
         }
         // Targets, in first-seen order, each with its eligible candidates.
@@ -88,6 +91,11 @@ impl Engine {
         for g in target_order {
             let members = &groups[g].1;
             if members.len() == 1 {
+                if let Some(session) = route.session {
+                    // Keeps (or moves) the session's pin to the one key that can serve.
+                    let c = &candidates[members[0]];
+                    self.affinity.choose(now, session, c.provider, &[c.connection], route.session_ttl);
+                }
                 out.push(members[0]);
                 continue;
             }
@@ -132,6 +140,16 @@ impl Engine {
                     let c = &candidates[m];
                     c.traits.max_concurrent.is_some_and(|max| self.in_flight(c.connection) >= max)
                 });
+            }
+            // M5: an eligible pin wins over the strategy and the gate.
+            if let Some(session) = route.session {
+                let pool: Vec<&str> = within.iter().map(|&m| candidates[m].connection).collect();
+                if let Some(i) = self.affinity.choose(now, session, first.provider, &pool, route.session_ttl)
+                    && i > 0
+                {
+                    let pinned = within.remove(i);
+                    within.insert(0, pinned);
+                }
             }
             out.extend(within);
         }

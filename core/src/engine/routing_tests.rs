@@ -245,3 +245,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_session_pin_beats_the_connection_strategy_until_its_key_fails() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c: Vec<Candidate<'_>> = ["k1", "k2", "k3"]
+        .into_iter()
+        .map(|k| Candidate {
+            traits: Traits { connection_strategy: Strategy::RoundRobin, ..Traits::default() },
+            ..Candidate::new("p", ProviderClass::ApiKey, k, "m")
+        })
+        .collect();
+    let mut route = Route::new(Strategy::Priority, "m");
+    route.session = Some("header:s1");
+    route.session_ttl = Duration::from_secs(600);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let (i, t) = pick(&mut e, now, &c, &route, &Tried::new());
+        e.record(now, &c[i], "p", t, AttemptOutcome::Success, false, false, None);
+        seen.push(c[i].connection);
+    }
+    assert_eq!(seen, vec!["k1"; 4], "round-robin would rotate; the pin holds");
+    let pins: Vec<Event> = std::iter::from_fn(|| e.poll_event()).filter(|x| matches!(x, Event::Pin(_))).collect();
+    assert_eq!(pins.len(), 1, "set once, touched without a write: {pins:?}");
+    // A 429 on the pinned key evicts the pin; the session moves to a key it never used.
+    let mut tried = Tried::new();
+    assert_eq!(pick_and_fail(&mut e, now, &c, &route, &mut tried, 429, "slow down"), ("m", "k1"));
+    let (i, _) = pick(&mut e, now, &c, &route, &tried);
+    assert_ne!(c[i].connection, "k1");
+    assert_eq!(e.affinity().pinned(now, "header:s1", "p"), Some(c[i].connection));
+    // Without a session the strategy decides.
+    let plain = Route::new(Strategy::Priority, "m");
+    let firsts: Vec<&str> = (0..2).map(|_| c[pick(&mut e, now, &c, &plain, &Tried::new()).0].connection).collect();
+    assert_ne!(firsts[0], firsts[1]);
+}

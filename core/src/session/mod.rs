@@ -1,0 +1,11 @@
+//! Sessions (M5): which conversation a request belongs to, and the connection it is pinned to.
+//!
+//! A coding agent's session moves between accounts at a cost (the provider's prompt cache is
+//! per account, and a cold account may answer 429 at first), so a session is pinned to one
+//! connection per provider while the pin is fresh and the connection eligible.
+
+pub mod affinity;
+pub mod key;
+
+pub use affinity::{Affinity, PinEvent};
+pub use key::session_key;
