@@ -5,6 +5,7 @@
 use super::*;
 use crate::strategy::{Item, rank, stable_hash};
 use crate::tried::Tried;
+use rand::RngExt;
 
 impl Engine {
     /// Picks one eligible candidate by the route's strategies, admits it through its
@@ -261,13 +262,16 @@ impl Engine {
         cooled
     }
 
-    /// M8 at the end of a combo's set (nothing left to try): the soonest any candidate becomes
-    /// eligible again by a timer, and why it is excluded, decide whether the request waits
-    /// and dispatches the set again. Both the request's last failure (`last`) and the
-    /// soonest exclusion's own reason must be waitable, so a quota, auth or not-found
-    /// cooldown is never waited for.
+    /// M8 at the end of a combo's set (nothing left to try): the soonest a candidate's
+    /// connection cooldown or model lockout ends, and why it began, decide whether the request
+    /// waits and dispatches the set again. Both the request's last failure (`last`) and that
+    /// exclusion's own reason must be waitable, so a quota, auth or not-found cooldown is
+    /// never waited for. An open breaker or a provider cooldown is not waited for either: they
+    /// shed load from a failing provider, and requests piling up to retry the moment it half
+    /// opens would defeat them. The wait gets up to 10% (at most 1 s) of seeded jitter, so that
+    /// requests waiting on one key do not all return at the same instant.
     pub fn set_wait(
-        &self,
+        &mut self,
         now: Instant,
         candidates: &[Candidate<'_>],
         last: Option<Reason>,
@@ -277,7 +281,7 @@ impl Engine {
         let mut soonest: Option<(Duration, Reason)> = None;
         for c in candidates {
             let Some((why, left)) = self.exclusion(now, c) else { continue };
-            if !why.is_timer() || left.is_zero() {
+            if left.is_zero() {
                 continue;
             }
             let reason = match why {
@@ -288,13 +292,16 @@ impl Engine {
                     .lockouts
                     .remaining(now, c.provider, c.connection, c.model, c.family)
                     .map_or(Reason::Unknown, |(_, r)| r),
-                _ => Reason::ServerError,
+                _ => continue,
             };
             if soonest.is_none_or(|(d, _)| left < d) {
                 soonest = Some((left, reason));
             }
         }
         let (wait, reason) = soonest?;
+        let spread = (wait / 10).min(Duration::from_secs(1));
+        let jitter = Duration::from_millis(self.rng.random_range(0..=spread.as_millis() as u64));
+        let wait = wait + jitter;
         if let Some(l) = last {
             self.cooldown_wait(l, wait, waits, waited)?;
         }

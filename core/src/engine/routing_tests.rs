@@ -280,3 +280,32 @@ fn a_session_pin_beats_the_connection_strategy_until_its_key_fails() {
     let firsts: Vec<&str> = (0..2).map(|_| c[pick(&mut e, now, &c, &plain, &Tried::new()).0].connection).collect();
     assert_ne!(firsts[0], firsts[1]);
 }
+
+#[test]
+fn the_set_waits_for_a_key_cooldown_with_jitter_but_never_for_an_open_breaker() {
+    let now = t0();
+    let mut settings = ResilienceSettings::default();
+    settings.breaker.api_key.failure_threshold = 1;
+    settings.breaker.api_key.degradation_threshold = 1;
+    let mut e = Engine::new(settings, 1);
+    let c = vec![Candidate::new("p", ProviderClass::ApiKey, "k1", "m")];
+    let route = Route::new(Strategy::Priority, "combo");
+    let mut tried = Tried::new();
+    let hint = [("retry-after", "2")];
+    let (i, t) = pick(&mut e, now, &c, &route, &tried);
+    let outcome = AttemptOutcome::Upstream { status: 429, headers: &hint, body: "Rate limit reached" };
+    let d = e.record(now, &c[i], "p", t, outcome, false, false, None);
+    tried.failed(i, "k1", d.as_ref());
+    let last = d.map(|d| d.reason);
+    for _ in 0..20 {
+        let w = e.set_wait(now, &c, last, 0, Duration::ZERO).expect("a short rate-limit cooldown is waited for");
+        // 2 s + 50 ms margin + up to 10% jitter.
+        assert!(w >= Duration::from_millis(2_050) && w <= Duration::from_millis(2_250), "{w:?}");
+    }
+    // A provider whose breaker is open is not waited for.
+    let q = vec![Candidate::new("q", ProviderClass::ApiKey, "q1", "m")];
+    let (j, t) = pick(&mut e, now, &q, &route, &Tried::new());
+    let d = e.record(now, &q[j], "q", t, AttemptOutcome::Transport, false, false, None);
+    assert_eq!(e.breaker_state(now, "q"), BreakerState::Open);
+    assert_eq!(e.set_wait(now, &q, d.map(|d| d.reason), 0, Duration::ZERO), None);
+}
