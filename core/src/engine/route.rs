@@ -240,7 +240,14 @@ impl Engine {
     ) -> Vec<String> {
         let ip_bucketed = decision.upstream_status == 429
             && matches!(decision.reason, Reason::QuotaExhausted | Reason::RateLimitExceeded);
-        let Some(until) = self.connections.get(failing).and_then(|s| s.rate_limited_until(now)) else {
+        // The failing key's own deadline; a key that never cools (`disable_cooling`) still
+        // names the IP bucket's wait through the decision.
+        let own = self.connections.get(failing).and_then(|s| s.rate_limited_until(now));
+        let decided = match decision.connection {
+            ConnectionEffect::Cooldown { duration, .. } if !duration.is_zero() => Some(now + duration),
+            _ => None,
+        };
+        let Some(until) = own.or(decided) else {
             return Vec::new();
         };
         if !ip_bucketed {

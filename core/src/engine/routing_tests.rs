@@ -309,3 +309,64 @@ fn the_set_waits_for_a_key_cooldown_with_jitter_but_never_for_an_open_breaker() 
     assert_eq!(e.breaker_state(now, "q"), BreakerState::Open);
     assert_eq!(e.set_wait(now, &q, d.map(|d| d.reason), 0, Duration::ZERO), None);
 }
+
+#[test]
+fn an_ip_bucketed_429_cools_siblings_without_overwriting_terminal_or_longer_cooldowns() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let k = |id| Candidate::new("free", ProviderClass::ApiKey, id, "m");
+    // k3 is terminal, k4 cools for 10 minutes already.
+    let (_, t) = pick(&mut e, now, &[k("k3")], &Route::new(Strategy::Priority, "x"), &Tried::new());
+    let banned = AttemptOutcome::Upstream { status: 401, headers: &[], body: "your account has been banned" };
+    e.record(now, &k("k3"), "free", t, banned, false, false, None);
+    let terminal = e.connection("k3").terminal();
+    assert!(terminal.is_some());
+    let long = [("retry-after", "600")];
+    let (_, t) = pick(&mut e, now, &[k("k4")], &Route::new(Strategy::Priority, "x"), &Tried::new());
+    e.record(
+        now,
+        &k("k4"),
+        "free",
+        t,
+        AttemptOutcome::Upstream { status: 429, headers: &long, body: "" },
+        false,
+        false,
+        None,
+    );
+    // k1 gets a 429 with Retry-After 30 while its key never cools itself (disable_cooling).
+    let hint = [("retry-after", "30")];
+    let (_, t) = pick(&mut e, now, &[k("k1")], &Route::new(Strategy::Priority, "x"), &Tried::new());
+    let d = e
+        .record(
+            now,
+            &k("k1"),
+            "free",
+            t,
+            AttemptOutcome::Upstream { status: 429, headers: &hint, body: "Rate limit reached" },
+            false,
+            true,
+            None,
+        )
+        .expect("a decision");
+    let cooled = e.cool_siblings(now, "k1", &d, &[("k2", false), ("k3", false), ("k4", false), ("k5", true)]);
+    assert_eq!(cooled, vec!["k2".to_owned()]);
+    assert_eq!(e.connection("k2").rate_limited_until(now), Some(now + Duration::from_secs(30)));
+    assert_eq!(e.connection("k3").terminal(), terminal, "a terminal state is never overwritten");
+    assert_eq!(e.connection("k4").rate_limited_until(now), Some(now + Duration::from_secs(600)));
+    assert_eq!(e.connection("k5").rate_limited_until(now), None);
+    // A 5xx is not an IP-bucket signal.
+    let (_, t) = pick(&mut e, now, &[k("k6")], &Route::new(Strategy::Priority, "x"), &Tried::new());
+    let d = e
+        .record(
+            now,
+            &k("k6"),
+            "free",
+            t,
+            AttemptOutcome::Upstream { status: 503, headers: &[], body: "" },
+            false,
+            false,
+            None,
+        )
+        .expect("a decision");
+    assert!(e.cool_siblings(now, "k6", &d, &[("k7", false)]).is_empty());
+}
