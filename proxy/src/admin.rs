@@ -84,6 +84,7 @@ pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Re
         "model_lockouts": lockouts,
         "queues": queues,
         "session_pins": pins,
+        "leases": { "active": crate::leases::active(gw) },
         "emergency_fallback": {
             "target": gw.config.emergency_fallback.target,
             "enabled": gw.emergency.load(std::sync::atomic::Ordering::Relaxed),
@@ -224,6 +225,8 @@ pub fn models<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, anthr
 /// `GET /metrics`.
 pub fn metrics<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
     let now = gw.clock.now();
+    let pins = gw.with_engine(|e| e.affinity().len(now));
+    gw.metrics.sessions(crate::leases::active(gw), pins);
     gw.with_engine(|e| {
         for p in &gw.config.providers {
             let state = e.breaker_state(now, &p.id);

@@ -32,6 +32,12 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Ok(h) => h,
         Err(e) => return e.into_response_as(shape),
     };
+    // M14: a fenced request goes to its lease's connection only, or is refused here, before
+    // anything is dispatched.
+    let leased = match crate::leases::fence_of(&gw, req.headers(), &client) {
+        Ok(l) => l,
+        Err(e) => return e.into_response_as(shape),
+    };
     let (raw, json) = match read_json(
         req,
         gw.config.server.max_body_bytes,
@@ -48,7 +54,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Ok((i, m, w)) => (Inbound { query, session, session_ttl, ..i }, m, w),
         Err(e) => return e.into_response_as(shape),
     };
-    let (plan, mut preps, ask) = match plan(&gw, &model, &client, &inbound) {
+    let (plan, mut preps, ask) = match plan(&gw, &model, &client, &inbound, leased.as_deref()) {
         Ok(x) => x,
         Err(e) => return e.into_response_as(shape),
     };

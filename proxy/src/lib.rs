@@ -16,6 +16,8 @@ pub mod errors;
 pub mod exchange;
 pub mod forward;
 pub mod gateway;
+pub mod lease_store;
+pub mod leases;
 pub mod metrics;
 pub mod multicall;
 pub mod plan;

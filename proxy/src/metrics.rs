@@ -18,6 +18,8 @@ pub struct Metrics {
     breaker_state: Family<Labels, Gauge>,
     connection_cooling: Family<Labels, Gauge>,
     queue_depth: Family<Labels, Gauge>,
+    leases_active: Gauge,
+    session_pins: Gauge,
     translations: Family<Labels, Counter>,
     /// Stream finalisations (each stream finalises exactly once).
     pub stream_finalizations: Counter,
@@ -55,6 +57,10 @@ impl Metrics {
             connection_cooling.clone(),
         );
         registry.register("queue_depth", "Requests waiting in an admission queue", queue_depth.clone());
+        let leases_active = Gauge::default();
+        registry.register("leases_active", "Active exclusive session leases (M14)", leases_active.clone());
+        let session_pins = Gauge::default();
+        registry.register("session_pins", "Fresh session affinity pins (M5)", session_pins.clone());
         registry.register(
             "stream_finalizations",
             "Streams finalised (usage and permits released)",
@@ -73,6 +79,8 @@ impl Metrics {
             breaker_state,
             connection_cooling,
             queue_depth,
+            leases_active,
+            session_pins,
             translations,
             stream_finalizations,
             streams_started,
@@ -113,6 +121,12 @@ impl Metrics {
     /// Sets a queue gauge.
     pub fn queue(&self, queue: &str, depth: usize) {
         self.queue_depth.get_or_create(&vec![("queue".into(), queue.to_owned())]).set(depth as i64);
+    }
+
+    /// Sets the session gauges (read at scrape time).
+    pub fn sessions(&self, leases: u64, pins: usize) {
+        self.leases_active.set(leases.min(i64::MAX as u64) as i64);
+        self.session_pins.set(pins as i64);
     }
 
     /// The text exposition.

@@ -214,7 +214,7 @@ async fn fusion<C: Connect + Clone + Send + Sync + 'static>(
         prompt.push_str(&format!("\n\n<answer {}>\n{t}\n</answer {}>", n + 1, n + 1));
     }
     let judged = with_turns(inbound, &[("user", &prompt)]);
-    let (jplan, mut preps, a) = plan(&gw, judge, client, &judged)?;
+    let (jplan, mut preps, a) = plan(&gw, judge, client, &judged, None)?;
     let mut resp = dispatch(gw, jplan, &judged, &mut preps, a).await;
     members_header(&mut resp, tally);
     Ok(resp)

@@ -26,12 +26,14 @@ pub fn slot(format: Format) -> usize {
 
 /// Resolves, filters and prepares. An unknown model is a 404 `model_not_found`; a combo or
 /// provider none of whose targets has a connection is a 404 `no_executable_targets`; a key
-/// allowed none of the connections is a 403.
+/// allowed none of the connections is a 403; a leased request (`only`) whose connection
+/// serves none of the targets is a 409 `LEASE_CONNECTION_MISMATCH`.
 pub fn plan<C: Connect + Clone + Send + Sync + 'static>(
     gw: &Gateway<C>,
     model: &str,
     client: &Client,
     inbound: &Inbound,
+    only: Option<&str>,
 ) -> Result<(Plan, Preps, Ask), ProxyError> {
     let plan = gw.resolve(model).map_err(|msg| ProxyError::new(Source::Downstream, 404, "model_not_found", msg))?;
     if plan.targets.is_empty() {
@@ -49,6 +51,17 @@ pub fn plan<C: Connect + Clone + Send + Sync + 'static>(
             format!("this key may not use any connection serving {model:?}"),
         ));
     }
+    let plan = match only {
+        Some(leased) => {
+            let targets: Vec<_> =
+                plan.targets.into_iter().filter(|t| gw.config.connections[t.connection].id == leased).collect();
+            if targets.is_empty() {
+                return Err(crate::leases::refuse(ferroute_core::session::lease::LeaseError::ConnectionMismatch));
+            }
+            Plan { targets, ..plan }
+        }
+        None => plan,
+    };
     let (plan, preps) = prepare_all(gw, plan, inbound)?;
     let ask = ask(plan.strategy, inbound);
     Ok((plan, preps, ask))

@@ -68,6 +68,8 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
             Ok(()) => admin::clear_lockouts(gw, req).await,
             Err(e) => e.into_response(),
         },
+        ("/api/v1/session-leases", &Method::POST) => crate::leases::handle(gw, req).await,
+        ("/api/v1/session-leases", _) => admin::method_not_allowed(&path, "POST"),
         ("/api/resilience/emergency-fallback", &Method::GET | &Method::POST) => {
             match auth::admin(&gw.config, req.headers()) {
                 Ok(()) => admin::emergency(gw, req).await,

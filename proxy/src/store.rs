@@ -84,10 +84,11 @@ impl Store {
 
     fn init(conn: Connection) -> Result<Store, StoreError> {
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(crate::lease_store::SCHEMA)?;
         Ok(Store { conn: Mutex::new(conn) })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves SQLite itself consistent (transactions), so a
         // poisoned lock is still usable.
         self.conn.lock().unwrap_or_else(|p| p.into_inner())

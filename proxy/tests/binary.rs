@@ -181,3 +181,57 @@ fn check_config_reports_every_problem() {
     let help = Command::new(env!("CARGO_BIN_EXE_ferroute")).arg("--help").output().expect("run");
     assert!(String::from_utf8_lossy(&help.stdout).contains("--config"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_leases_and_their_generations_survive_kill_9() {
+    let (addr, _script) = upstream(ScriptedUpstream::new().route("m", Script::always(Behaviour::echo()))).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("leases.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\ndata_dir = \"data\"\n[[keys]]\nid = \"team\"\nkey = \"team-key-0001\"\npermissions = [\"lease:exclusive\"]\nallowed_connections = [\"c0\", \"c1\"]\n[[providers]]\nid = \"up\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\"]\n[[connections]]\nid = \"c0\"\nprovider = \"up\"\napi_key = \"sk-0\"\n[[connections]]\nid = \"c1\"\nprovider = \"up\"\napi_key = \"sk-1\"\n"
+        ),
+    )
+    .expect("write config");
+    let cfg_arg = cfg.display().to_string();
+    let owner = |n: u8| format!("vlo_{}", std::iter::repeat_n(char::from(b'A' + n), 43).collect::<String>());
+    let lease = |base: String, who: String, body: &'static str| async move {
+        let headers = [
+            ("content-type", "application/json"),
+            ("authorization", "Bearer team-key-0001"),
+            ("x-ferroute-lease-owner", who.as_str()),
+        ];
+        send("POST", &format!("{base}/api/v1/session-leases"), &headers, body, Duration::from_secs(10))
+            .await
+            .expect("lease")
+    };
+    let p = spawn(&["--config", &cfg_arg], dir.path()).await;
+    let a = lease(p.base.clone(), owner(0), r#"{"action":"acquire","model":"up/m"}"#).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(json(&a)["connection"]["id"], "c0");
+    let b = lease(p.base.clone(), owner(1), r#"{"action":"acquire","model":"up/m"}"#).await;
+    assert_eq!(json(&b)["connection"]["id"], "c1");
+    drop(p); // kill -9
+    let p = spawn(&["--config", &cfg_arg], dir.path()).await;
+    let s = lease(p.base.clone(), owner(0), r#"{"action":"status","generation":1}"#).await;
+    assert_eq!(
+        (s.status, json(&s)["state"].as_str(), json(&s)["connection"]["id"].as_str()),
+        (200, Some("ACTIVE"), Some("c0"))
+    );
+    let c = lease(p.base.clone(), owner(2), r#"{"action":"acquire","model":"up/m"}"#).await;
+    assert_eq!(c.status, 429, "both connections are still leased: {}", c.body);
+    // The fence still holds: owner 0's generation 1 is served by c0.
+    let first = owner(0);
+    let headers = [
+        ("authorization", "Bearer team-key-0001"),
+        ("x-ferroute-lease-owner", first.as_str()),
+        ("x-ferroute-lease-generation", "1"),
+    ];
+    let body = serde_json::json!({"model": "up/m", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let r = send("POST", &format!("{}/v1/chat/completions", p.base), &headers, &body, Duration::from_secs(10))
+        .await
+        .expect("chat");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.headers.get("x-ferroute-selected-connection-id").and_then(|v| v.to_str().ok()), Some("c0"));
+}

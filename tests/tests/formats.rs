@@ -252,7 +252,6 @@ async fn a_same_format_hop_keeps_the_clients_bytes_and_api_headers() {
         ("anthropic-version", "2023-06-01"),
         ("x-api-key", "client-secret"),
         ("x-ferroute-session", "s-1"),
-        ("x-ferroute-lease-owner", "vlo_x"),
         ("connection", "keep-alive"),
     ];
     let r = send("POST", &gw.url("/v1/messages"), &headers, raw).await;

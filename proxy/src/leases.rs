@@ -1,0 +1,264 @@
+//! `POST /api/v1/session-leases` (M14) and the lease fence of inference requests.
+//!
+//! Actions: `acquire` (`model`, optional `ttl_ms`), `status`, `renew` (optional `ttl_ms`) and
+//! `release`, each with the owner in `X-Ferroute-Lease-Owner` and, but for `acquire`, the
+//! lease's `generation` in the body. Errors are `{"error":{"type":"lease_error","code","message"}}`;
+//! no body or log line ever carries an owner id or a key.
+
+use crate::auth::{self, Client};
+use crate::body::read_json;
+use crate::config::KeyConfig;
+use crate::errors::{Body, ProxyError, Source, json_response};
+use crate::gateway::Gateway;
+use crate::lease_store::Acquired;
+use ferroute_core::session::lease::{
+    Lease, LeaseError, LeaseState, capacity_retry_after, clamp_ttl, fence, owner_hash, parse_generation, valid_owner,
+};
+use http::{HeaderMap, HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::Connect;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Header naming the lease owner.
+pub const OWNER: &str = "x-ferroute-lease-owner";
+/// Header carrying the lease generation.
+pub const GENERATION: &str = "x-ferroute-lease-generation";
+/// The permission a key needs.
+pub const PERMISSION: &str = "lease:exclusive";
+
+/// A lease error as a response.
+pub fn refuse(e: LeaseError) -> ProxyError {
+    ProxyError::new(Source::Downstream, e.status(), e.code(), e.message()).with("type", "lease_error".into())
+}
+
+fn store_down(e: impl std::fmt::Display) -> ProxyError {
+    tracing::error!(error = %e, "lease store failed");
+    refuse(LeaseError::ServiceUnavailable)
+}
+
+/// Active leases now (0 when the store cannot say).
+pub fn active<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> u64 {
+    let now_ms = gw.clock.wall_now_ms();
+    gw.store.as_ref().and_then(|s| s.active_leases(now_ms).ok()).unwrap_or(0)
+}
+
+/// The key behind a lease request, with the permission and allowed connections leases need.
+fn lease_key(config: &crate::config::Config, headers: &HeaderMap) -> Result<KeyConfig, LeaseError> {
+    match auth::client(config, headers, false) {
+        Ok(Client::Key(k)) => {
+            if !k.permissions.iter().any(|p| p == PERMISSION) {
+                Err(LeaseError::ScopeRequired)
+            } else if k.allowed_connections.is_empty() {
+                Err(LeaseError::KeyConfigurationInvalid)
+            } else {
+                Ok(k)
+            }
+        }
+        Ok(Client::Loopback) => Err(LeaseError::AuthenticationRequired),
+        Err(e) if e.code == "invalid_api_key" => Err(LeaseError::ApiKeyInvalid),
+        Err(_) => Err(LeaseError::AuthenticationRequired),
+    }
+}
+
+/// The owner id of a request, checked.
+fn owner(headers: &HeaderMap) -> Result<String, LeaseError> {
+    let v = headers.get(OWNER).ok_or(LeaseError::ContextRequired)?;
+    let v = v.to_str().map_err(|_| LeaseError::ContextInvalid)?.trim();
+    valid_owner(v).then(|| owner_hash(v)).ok_or(LeaseError::ContextInvalid)
+}
+
+fn generation_of(body: &Value) -> Result<u64, LeaseError> {
+    match body.get("generation") {
+        None | Some(Value::Null) => Err(LeaseError::ContextRequired),
+        Some(Value::Number(n)) => {
+            n.as_u64().and_then(|g| parse_generation(&g.to_string())).ok_or(LeaseError::ContextInvalid)
+        }
+        Some(Value::String(s)) => parse_generation(s).ok_or(LeaseError::ContextInvalid),
+        Some(_) => Err(LeaseError::ContextInvalid),
+    }
+}
+
+fn ttl_of(body: &Value) -> Result<Option<u64>, LeaseError> {
+    match body.get("ttl_ms") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or(LeaseError::ActionInvalid),
+    }
+}
+
+fn lifecycle<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    l: &Lease,
+    now_ms: u64,
+    with_connection: bool,
+) -> Value {
+    let at = |ms: u64| crate::clock::rfc3339(ms);
+    let mut v = serde_json::json!({
+        "state": l.state_at(now_ms).as_str(),
+        "generation": l.generation,
+        "acquired_at": at(l.acquired_at_ms),
+        "renewed_at": at(l.renewed_at_ms),
+        "expires_at": at(l.expires_at_ms),
+        "expires_in_ms": l.expires_at_ms.saturating_sub(now_ms),
+    });
+    if with_connection {
+        let provider = gw.config.connections.iter().find(|c| c.id == l.connection).map(|c| c.provider.clone());
+        v["connection"] = serde_json::json!({"id": l.connection, "provider": provider});
+    }
+    v
+}
+
+/// `POST /api/v1/session-leases`.
+pub async fn handle<C: Connect + Clone + Send + Sync + 'static>(
+    gw: Arc<Gateway<C>>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    match run(&gw, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Arc<Gateway<C>>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ProxyError> {
+    let key = lease_key(&gw.config, req.headers()).map_err(refuse)?;
+    let json_type = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().to_ascii_lowercase().starts_with("application/json"));
+    if !json_type {
+        return Err(refuse(LeaseError::ContentTypeRequired));
+    }
+    let owner = owner(req.headers()).map_err(refuse)?;
+    let timeout = std::time::Duration::from_millis(gw.config.server.body_read_timeout_ms);
+    let (_, body) = read_json(req, 64 * 1024, timeout).await.map_err(|_| refuse(LeaseError::ActionInvalid))?;
+    let Some(store) = gw.store.as_ref() else { return Err(refuse(LeaseError::ServiceUnavailable)) };
+    let now_ms = gw.clock.wall_now_ms();
+    let ok = |v: Value| json_response(200, v.to_string());
+    match body.get("action").and_then(Value::as_str) {
+        Some("acquire") => {
+            let model = match body.get("model").and_then(Value::as_str) {
+                Some(m) if !m.trim().is_empty() && m.chars().count() <= 512 => m,
+                _ => return Err(refuse(LeaseError::ModelInvalid)),
+            };
+            let ttl = clamp_ttl(ttl_of(&body).map_err(refuse)?);
+            let eligible = eligible(gw, &key, model)?;
+            match store.acquire_lease(&owner, &key.id, model, &eligible, ttl, now_ms).map_err(store_down)? {
+                Acquired::Lease(l) => {
+                    tracing::info!(key = %key.id, generation = l.generation, "lease acquired");
+                    Ok(ok(lifecycle(gw, &l, now_ms, true)))
+                }
+                Acquired::OwnerBusy => Err(refuse(LeaseError::ConnectionMismatch)),
+                Acquired::Full(n) => {
+                    let s = capacity_retry_after(n.soonest_expiry_ms, now_ms);
+                    let body = serde_json::json!({
+                        "state": "WAITING_FOR_CAPACITY",
+                        "error": {"type": "lease_error", "code": LeaseError::CapacityUnavailable.code(), "message": LeaseError::CapacityUnavailable.message()},
+                        "reason": "NO_FREE_ELIGIBLE_CONNECTION",
+                        "retry_after": s,
+                        "eligible_count": n.eligible,
+                        "free_count": n.free,
+                    });
+                    let mut r = json_response(429, body.to_string());
+                    r.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from(s));
+                    Ok(r)
+                }
+            }
+        }
+        Some("status") => {
+            let g = generation_of(&body).map_err(refuse)?;
+            let l = store.lease(&owner, g, now_ms).map_err(store_down)?.filter(|l| l.key_id == key.id);
+            let l = l.ok_or_else(|| refuse(LeaseError::LeaseRequired))?;
+            Ok(ok(lifecycle(gw, &l, now_ms, true)))
+        }
+        Some("renew") => {
+            let g = generation_of(&body).map_err(refuse)?;
+            let ttl = clamp_ttl(ttl_of(&body).map_err(refuse)?);
+            let known = store.lease(&owner, g, now_ms).map_err(store_down)?.filter(|l| l.key_id == key.id);
+            let Some(known) = known else { return Err(refuse(LeaseError::LeaseRequired)) };
+            if known.state_at(now_ms) != LeaseState::Active {
+                return Err(refuse(LeaseError::FenceStale));
+            }
+            let l = store.renew_lease(&owner, g, ttl, now_ms).map_err(store_down)?;
+            let l = l.ok_or_else(|| refuse(LeaseError::LeaseRequired))?;
+            Ok(ok(lifecycle(gw, &l, now_ms, false)))
+        }
+        Some("release") => {
+            let g = generation_of(&body).map_err(refuse)?;
+            let known = store.lease(&owner, g, now_ms).map_err(store_down)?.filter(|l| l.key_id == key.id);
+            if known.is_none() {
+                return Err(refuse(LeaseError::LeaseRequired));
+            }
+            let l = store.release_lease(&owner, g, now_ms).map_err(store_down)?;
+            let l = l.ok_or_else(|| refuse(LeaseError::LeaseRequired))?;
+            tracing::info!(key = %key.id, generation = l.generation, "lease released");
+            Ok(ok(lifecycle(gw, &l, now_ms, false)))
+        }
+        _ => Err(refuse(LeaseError::ActionInvalid)),
+    }
+}
+
+/// The connections an acquire may lease, in routing order: those serving `model` that the
+/// key may use and that resilience state does not exclude now.
+fn eligible<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    key: &KeyConfig,
+    model: &str,
+) -> Result<Vec<String>, ProxyError> {
+    let plan = gw.resolve(model).map_err(|_| refuse(LeaseError::NoEligibleConnection))?;
+    let mut pool: Vec<usize> = Vec::new();
+    for t in &plan.targets {
+        let id = &gw.config.connections[t.connection].id;
+        if key.allowed_connections.iter().any(|a| a == id) && !pool.contains(&t.connection) {
+            pool.push(t.connection);
+        }
+    }
+    if pool.is_empty() {
+        return Err(refuse(LeaseError::NoEligibleConnection));
+    }
+    let now = gw.clock.now();
+    let mut open = Vec::new();
+    let mut soonest: Option<std::time::Duration> = None;
+    for t in plan.targets.iter().filter(|t| pool.contains(&t.connection)) {
+        let id = gw.config.connections[t.connection].id.clone();
+        if open.contains(&id) {
+            continue;
+        }
+        let cand = gw.candidate(t);
+        match gw.with_engine(|e| e.exclusion(now, &cand)) {
+            None => open.push(id),
+            Some((_, left)) if !left.is_zero() => soonest = Some(soonest.map_or(left, |s| s.min(left))),
+            Some(_) => {}
+        }
+    }
+    if open.is_empty() {
+        return Err(refuse(LeaseError::EligibilityUnavailable)
+            .retry_after(Some(soonest.unwrap_or(std::time::Duration::from_secs(1)))));
+    }
+    Ok(open)
+}
+
+/// The fence of an inference request: with lease headers, the connection the request must use
+/// (its owner's active lease of that generation, held by this key); without them, `None`.
+pub fn fence_of<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    headers: &HeaderMap,
+    client: &Client,
+) -> Result<Option<String>, ProxyError> {
+    let (o, g) = (headers.get(OWNER), headers.get(GENERATION));
+    if o.is_none() && g.is_none() {
+        return Ok(None);
+    }
+    let Client::Key(key) = client else { return Err(refuse(LeaseError::AuthenticationRequired)) };
+    let owner = owner(headers).map_err(refuse)?;
+    let g = g.ok_or_else(|| refuse(LeaseError::ContextRequired))?;
+    let g = g.to_str().ok().and_then(parse_generation).ok_or_else(|| refuse(LeaseError::ContextInvalid))?;
+    let Some(store) = gw.store.as_ref() else { return Err(refuse(LeaseError::ServiceUnavailable)) };
+    let now_ms = gw.clock.wall_now_ms();
+    let lease = store.lease(&owner, g, now_ms).map_err(store_down)?;
+    let connection = fence(lease.as_ref(), &key.id, now_ms).map_err(refuse)?;
+    Ok(Some(connection.to_owned()))
+}
