@@ -257,3 +257,25 @@ async fn every_bad_lease_request_gets_its_code_and_changes_nothing() {
     assert_eq!(health(&gw).await["leases"]["active"], 0);
     assert!(up.script.requests().is_empty(), "nothing reached the upstream");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_lease_while_every_allowed_key_cools_down() {
+    let limited =
+        Behaviour::status_with(429, &[("retry-after", "60")], r#"{"error":{"message":"Rate limit reached"}}"#);
+    let up = upstream(
+        ScriptedUpstream::new().route("m", Script::always(Behaviour::echo())).route("lim", Script::always(limited)),
+    )
+    .await;
+    let gw = start(config(LEASED, &up), Persistence::Memory).await;
+    // Key `other` may use c0 and c1; both answer 429 with Retry-After 60 and cool down.
+    let body = serde_json::json!({"model": "up/lim", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let headers = [("content-type", "application/json"), ("authorization", "Bearer other-key-0002")];
+    let r = send("POST", &gw.url("/v1/chat/completions"), &headers, &body).await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    let me = owner(3);
+    let r = lease(&gw, "other-key-0002", &me, serde_json::json!({"action": "acquire", "model": "up/m"})).await;
+    assert_eq!((r.status, code(&r)), (429, "LEASE_ELIGIBILITY_UNAVAILABLE".to_owned()), "{}", r.body);
+    let s: u64 = r.header("retry-after").and_then(|v| v.parse().ok()).expect("Retry-After");
+    assert!((59..=60).contains(&s), "{s}");
+    assert_eq!(health(&gw).await["leases"]["active"], 0);
+}
