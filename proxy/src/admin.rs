@@ -171,8 +171,11 @@ pub async fn emergency<C: Connect + Clone + Send + Sync + 'static>(
         }
         gw.emergency.store(enabled, ordering);
         if let Some(store) = &gw.store
-            && let Err(e) =
-                store.save_setting(EMERGENCY_SETTING, if enabled { "true" } else { "false" }, gw.clock.wall_now_ms())
+            && let Err(e) = store.save_setting(
+                crate::gateway::EMERGENCY_SETTING,
+                if enabled { "true" } else { "false" },
+                gw.clock.wall_now_ms(),
+            )
         {
             tracing::error!(error = %e, "could not persist the emergency-fallback switch");
         }
@@ -187,9 +190,6 @@ pub async fn emergency<C: Connect + Clone + Send + Sync + 'static>(
         .to_string(),
     )
 }
-
-/// The store key of the emergency switch.
-pub const EMERGENCY_SETTING: &str = "emergency_fallback.enabled";
 
 /// `GET /v1/models`.
 pub fn models<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, anthropic: bool) -> Response<Body> {

@@ -5,7 +5,7 @@ use crate::config::Format;
 use crate::errors::ErrorShape;
 use crate::translate::responses_stream::ChatToResponses;
 use crate::translate::stream::{Chain, ChatToMessages, MessagesToChat, Translate};
-use crate::translate::{ClientApi, Translated, Untranslatable, chat_messages, messages_chat, passthrough};
+use crate::translate::{Cause, ClientApi, Translated, Untranslatable, chat_messages, messages_chat, passthrough};
 use crate::translate::{responses, responses::ResponseBuilder};
 use bytes::Bytes;
 use http::HeaderMap;
@@ -258,4 +258,14 @@ pub fn translator(inb: &Inbound, format: Format) -> Option<Box<dyn Translate>> {
         }
         (_, ClientApi::Responses, None) => None,
     }
+}
+
+/// A feature the target cannot express, as a 400 naming it.
+pub fn untranslatable(u: Untranslatable) -> crate::errors::ProxyError {
+    let code = match u.kind {
+        Cause::Feature => "untranslatable_feature",
+        Cause::Stored => "stored_responses_unsupported",
+        Cause::Invalid => "invalid_request",
+    };
+    crate::errors::ProxyError::bad_request(code, u.to_string()).with("param", u.feature.into())
 }

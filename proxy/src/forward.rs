@@ -7,10 +7,11 @@ use crate::auth::Client;
 use crate::body::read_json;
 use crate::dispatch::dispatch;
 use crate::errors::{Body, ProxyError};
+use crate::exchange::untranslatable;
 use crate::exchange::{self, ApiHeaders, Inbound};
 use crate::gateway::Gateway;
 use crate::plan::plan;
-use crate::translate::{Cause, ClientApi, Untranslatable};
+use crate::translate::ClientApi;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
@@ -159,14 +160,4 @@ fn inbound<C: Connect + Clone + Send + Sync + 'static>(
         .then(|| "background responses are served synchronously; the answer is in this response".to_owned());
     let inbound = Inbound::responses(&json, headers, &gw.next_id(), created).map_err(untranslatable)?;
     Ok((inbound, model, warning))
-}
-
-/// A feature the target cannot express, as a 400 naming it.
-pub fn untranslatable(u: Untranslatable) -> ProxyError {
-    let code = match u.kind {
-        Cause::Feature => "untranslatable_feature",
-        Cause::Stored => "stored_responses_unsupported",
-        Cause::Invalid => "invalid_request",
-    };
-    ProxyError::bad_request(code, u.to_string()).with("param", u.feature.into())
 }

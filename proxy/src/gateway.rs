@@ -23,6 +23,9 @@ pub type UpstreamClient<C> = HyperClient<C, Full<Bytes>>;
 
 pub use crate::resolve::{Plan, Target};
 
+/// The store key of the emergency switch (M16).
+pub const EMERGENCY_SETTING: &str = "emergency_fallback.enabled";
+
 /// Something the gateway did, as an observer (the simulation's checkers) sees it.
 #[derive(Debug)]
 pub enum Observed<'a> {
@@ -152,7 +155,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         }
         drop(engine);
         if self.config.emergency_fallback.target.is_some()
-            && let Some(v) = store.setting(crate::admin::EMERGENCY_SETTING)?
+            && let Some(v) = store.setting(EMERGENCY_SETTING)?
         {
             self.emergency.store(v == "true", std::sync::atomic::Ordering::Relaxed);
         }

@@ -8,23 +8,6 @@ use ferroute_core::session::lease::{Lease, LeaseState};
 use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
 use std::time::Duration;
 
-pub(crate) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS leases (
-    owner_hash TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    key_id TEXT NOT NULL,
-    connection TEXT NOT NULL,
-    model TEXT NOT NULL,
-    state TEXT NOT NULL,
-    acquired_at_ms INTEGER NOT NULL,
-    renewed_at_ms INTEGER NOT NULL,
-    expires_at_ms INTEGER NOT NULL,
-    PRIMARY KEY (owner_hash, generation)
-);
-CREATE UNIQUE INDEX IF NOT EXISTS leases_one_active_per_owner ON leases(owner_hash) WHERE state = 'ACTIVE';
-CREATE UNIQUE INDEX IF NOT EXISTS leases_one_active_per_connection ON leases(connection) WHERE state = 'ACTIVE';
-";
-
 /// Why an acquire found nothing free.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NoCapacity {

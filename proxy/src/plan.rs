@@ -5,8 +5,7 @@
 use crate::auth::Client;
 use crate::config::Format;
 use crate::errors::{ProxyError, Source};
-use crate::exchange::{self, Inbound, Prepared};
-use crate::forward::untranslatable;
+use crate::exchange::{self, Inbound, Prepared, untranslatable};
 use crate::gateway::{Gateway, Plan, Target};
 use crate::translate::Untranslatable;
 use ferroute_core::strategy::{Ask, Strategy, stable_hash};

@@ -62,6 +62,20 @@ CREATE TABLE IF NOT EXISTS breakers (provider TEXT PRIMARY KEY, snapshot TEXT NO
 CREATE TABLE IF NOT EXISTS connections (id TEXT PRIMARY KEY, snapshot TEXT NOT NULL, saved_at_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL, saved_at_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS session_pins (session TEXT NOT NULL, provider TEXT NOT NULL, connection TEXT NOT NULL, expires_at_ms INTEGER NOT NULL, PRIMARY KEY (session, provider));
+CREATE TABLE IF NOT EXISTS leases (
+    owner_hash TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    key_id TEXT NOT NULL,
+    connection TEXT NOT NULL,
+    model TEXT NOT NULL,
+    state TEXT NOT NULL,
+    acquired_at_ms INTEGER NOT NULL,
+    renewed_at_ms INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (owner_hash, generation)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS leases_one_active_per_owner ON leases(owner_hash) WHERE state = 'ACTIVE';
+CREATE UNIQUE INDEX IF NOT EXISTS leases_one_active_per_connection ON leases(connection) WHERE state = 'ACTIVE';
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '1');
 ";
 
@@ -84,7 +98,6 @@ impl Store {
 
     fn init(conn: Connection) -> Result<Store, StoreError> {
         conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(crate::lease_store::SCHEMA)?;
         Ok(Store { conn: Mutex::new(conn) })
     }
 

@@ -188,7 +188,7 @@ proptest! {
     fn no_strategy_picks_an_excluded_candidate_or_exceeds_the_budget(
         seed in any::<u64>(),
         strategy_ix in 0usize..16,
-        conn_strategy_ix in 0usize..8,
+        conn_strategy_ix in 0usize..9,
         outcomes in proptest::collection::vec(0u8..5, 1..40),
         budget in 1i64..12,
         weights in proptest::collection::vec(0u32..4, 3),
