@@ -77,7 +77,8 @@ pub struct Workload {
     /// Number of requests.
     #[serde(default = "one")]
     pub count: u64,
-    /// The `model` asked for.
+    /// The `model` asked for (unused when `body` is given).
+    #[serde(default)]
     pub model: String,
     /// Whether to stream.
     #[serde(default)]
@@ -98,6 +99,12 @@ pub struct Workload {
     /// Function tools the request offers.
     #[serde(default)]
     pub tools: u32,
+    /// Another endpoint to `POST` to (`/api/v1/session-leases`), instead of the inference one.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The exact JSON body to send, instead of a generated request.
+    #[serde(default)]
+    pub body: Option<String>,
 }
 
 fn default_client() -> String {

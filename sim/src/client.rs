@@ -16,7 +16,11 @@ pub(crate) async fn request(
     seq: u64,
     issued_ms: u64,
 ) -> Outcome {
-    let path = if w.anthropic { "/v1/messages" } else { "/v1/chat/completions" };
+    let path = match &w.path {
+        Some(p) => p.as_str(),
+        None if w.anthropic => "/v1/messages",
+        None => "/v1/chat/completions",
+    };
     let mut text = match &w.prompt {
         Some(p) => p.replace("{seq}", &seq.to_string()).replace("{client}", &client),
         None => format!("request {seq} from {client}"),
@@ -59,7 +63,11 @@ pub(crate) async fn request(
         error: None,
         headers: Default::default(),
     };
-    let req = match b.body(Full::new(Bytes::from(body.to_string()))) {
+    let text = match &w.body {
+        Some(raw) => raw.clone(),
+        None => body.to_string(),
+    };
+    let req = match b.body(Full::new(Bytes::from(text))) {
         Ok(r) => r,
         Err(e) => {
             out.error = Some(e.to_string());

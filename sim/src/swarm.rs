@@ -119,6 +119,8 @@ pub fn generate(seed: u64) -> Scenario {
             prompt: None,
             pad_bytes: 0,
             tools: 0,
+            path: None,
+            body: None,
         });
     }
     for p in 0..providers {
@@ -152,6 +154,8 @@ pub fn generate(seed: u64) -> Scenario {
             prompt: None,
             pad_bytes: 0,
             tools: 0,
+            path: None,
+            body: None,
         });
         responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
     }

@@ -530,6 +530,8 @@ pub fn bench_scenario() -> Scenario {
             prompt: None,
             pad_bytes: 0,
             tools: 0,
+            path: None,
+            body: None,
         }],
         faults: Vec::new(),
         expect: scenarios::scenario::Expect::default(),
