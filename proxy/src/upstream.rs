@@ -30,21 +30,13 @@ pub(crate) struct Failure {
     pub(crate) message: String,
     pub(crate) connection: String,
     pub(crate) provider: String,
-    /// The upstream's own retry hint, if it gave one.
-    pub(crate) hint: Option<Duration>,
 }
 
 pub(crate) fn failure_error(f: Failure) -> ProxyError {
     let d = &f.decision;
     let code = if d.upstream_status == 0 { "upstream_unreachable".to_owned() } else { d.reason.as_str().to_owned() };
-    // A 429 tells the client when to come back: the classified wait, else the upstream's
-    // own hint (a terminal connection has no wait of its own).
-    let retry_after = match d.client_retry_after {
-        None if d.status == 429 => f.hint,
-        r => r,
-    };
     let mut e = ProxyError::new(Source::Upstream, d.status, code, f.message)
-        .retry_after(retry_after)
+        .retry_after(d.client_retry_after)
         .with("provider", f.provider.into())
         .header(SELECTED, f.connection);
     if let Some(rule) = d.restated_by {
@@ -307,7 +299,6 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         decision.should_fallback = true;
     }
     let failure = Failure {
-        hint: ferroute_core::hint::detect(&headers, &text, Some(gw.clock.wall_now_ms())).map(|h| h.wait),
         message: upstream_message(&text),
         decision,
         connection: conn_id.clone(),
@@ -364,7 +355,7 @@ fn transport_failure<C: Connect + Clone + Send + Sync + 'static>(attempt: &mut A
     let connection = attempt.gw.parts(&attempt.target).1.id.clone();
     tracing::warn!(%provider, %connection, %message, "upstream transport failure");
     match attempt.record(AttemptOutcome::Transport) {
-        Some(decision) => Step::Fallback(Failure { decision, message, connection, provider, hint: None }),
+        Some(decision) => Step::Fallback(Failure { decision, message, connection, provider }),
         None => {
             Step::Fail(ProxyError::new(Source::Internal, 500, "internal", "the outcome was recorded twice"), connection)
         }

@@ -200,10 +200,9 @@ pub fn classify(input: &ErrorInput<'_>, profile: &CooldownProfile, operator: &[O
     d.restated_by = restated.rule_id;
     if restated.rule_id.is_some() {
         d.client_retry_after = restated.retry_after;
-    } else if d.client_retry_after.is_none()
-        && matches!(d.connection, ConnectionEffect::Cooldown { .. })
-        && status == 429
-    {
+    } else if d.client_retry_after.is_none() && status == 429 {
+        // Every 429 tells the client when to come back: the upstream's own hint, also when the
+        // connection itself is now terminal (its wait is then not the connection's).
         d.client_retry_after = upstream_hint.map(|h| h.wait);
     }
     apply_layers(&mut d, status);

@@ -254,3 +254,11 @@ fn tool_limit_reads_the_limit_from_the_error() {
     assert_eq!(tool_limit(500, "too many tools", 3), None);
     assert_eq!(tool_limit(400, "too many tools", 0), None);
 }
+
+#[test]
+fn a_429_that_ends_a_connection_still_carries_the_upstreams_hint() {
+    let body = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
+    let d = run("openai", ProviderClass::ApiKey, 429, &[("retry-after", "2")], body, 0);
+    assert!(matches!(d.connection, ConnectionEffect::Terminal(_)), "{:?}", d.connection);
+    assert_eq!(d.client_retry_after, Some(S(2)));
+}
