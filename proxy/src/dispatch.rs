@@ -182,20 +182,6 @@ fn excluded<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, plan: &
     out
 }
 
-/// The soonest any candidate of the plan is eligible again by a timer.
-fn soonest_eligible<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, plan: &Plan) -> Option<Duration> {
-    let now = gw.clock.now();
-    let cands = gw.candidates(plan);
-    gw.with_engine(|e| {
-        cands
-            .iter()
-            .filter_map(|c| e.exclusion(now, c))
-            .filter(|(r, d)| r.is_timer() && !d.is_zero())
-            .map(|(_, d)| d)
-            .min()
-    })
-}
-
 /// The final answer of a request that got no upstream success: its last upstream failure if
 /// it had one, else the refusal the core chose; a 429 always carries `Retry-After` (the
 /// upstream's hint, else the time until a connection is eligible again, at least 1 s).
@@ -222,7 +208,10 @@ fn end<C: Connect + Clone + Send + Sync + 'static>(
         (None, None) => (ProxyError::new(Source::Internal, 503, "no_executable_targets", "no target could run"), None),
     };
     if e.status == 429 && e.retry_after.is_none() {
-        e.retry_after = Some(soonest_eligible(gw, plan).unwrap_or(Duration::from_secs(1)));
+        let now = gw.clock.now();
+        let cands = gw.candidates(plan);
+        let soonest = gw.with_engine(|en| en.soonest_eligible(now, &cands));
+        e.retry_after = Some(soonest.unwrap_or(Duration::from_secs(1)));
     }
     let terminal = if budget_spent { "retry_budget_exhausted".to_owned() } else { e.code.clone() };
     if combo && !e.extra.contains_key("diagnostics") {

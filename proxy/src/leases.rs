@@ -220,20 +220,16 @@ fn eligible<C: Connect + Clone + Send + Sync + 'static>(
         return Err(refuse(LeaseError::NoEligibleConnection));
     }
     let now = gw.clock.now();
-    let mut open = Vec::new();
-    let mut soonest: Option<std::time::Duration> = None;
-    for t in plan.targets.iter().filter(|t| pool.contains(&t.connection)) {
-        let id = gw.config.connections[t.connection].id.clone();
-        if open.contains(&id) {
-            continue;
+    let mut open: Vec<String> = Vec::new();
+    let cands: Vec<_> = plan.targets.iter().filter(|t| pool.contains(&t.connection)).map(|t| gw.candidate(t)).collect();
+    let soonest = gw.with_engine(|e| {
+        for c in &cands {
+            if e.exclusion(now, c).is_none() && !open.iter().any(|o| o == c.connection) {
+                open.push(c.connection.to_owned());
+            }
         }
-        let cand = gw.candidate(t);
-        match gw.with_engine(|e| e.exclusion(now, &cand)) {
-            None => open.push(id),
-            Some((_, left)) if !left.is_zero() => soonest = Some(soonest.map_or(left, |s| s.min(left))),
-            Some(_) => {}
-        }
-    }
+        e.soonest_eligible(now, &cands)
+    });
     if open.is_empty() {
         return Err(refuse(LeaseError::EligibilityUnavailable)
             .retry_after(Some(soonest.unwrap_or(std::time::Duration::from_secs(1)))));

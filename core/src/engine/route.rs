@@ -269,6 +269,17 @@ impl Engine {
         cooled
     }
 
+    /// The soonest any of `candidates` becomes eligible again by a timer (breaker, cooldown,
+    /// lockout), if one is excluded by a timer at all: the `Retry-After` of a refusal.
+    pub fn soonest_eligible(&self, now: Instant, candidates: &[Candidate<'_>]) -> Option<Duration> {
+        candidates
+            .iter()
+            .filter_map(|c| self.exclusion(now, c))
+            .filter(|(r, d)| r.is_timer() && !d.is_zero())
+            .map(|(_, d)| d)
+            .min()
+    }
+
     /// M8 at the end of a combo's set (nothing left to try): the soonest a candidate's
     /// connection cooldown or model lockout ends, and why it began, decide whether the request
     /// waits and dispatches the set again. Both the request's last failure (`last`) and that

@@ -22,7 +22,8 @@ const MAX_PLAIN: usize = 180;
 /// Characters of the first user input that are hashed into a key.
 const INPUT_CHARS: usize = 4096;
 
-fn sha256_hex(bytes: &[u8]) -> String {
+/// SHA-256 of `bytes`, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     let mut out = String::with_capacity(64);
     for b in digest.iter() {

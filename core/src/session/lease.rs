@@ -9,7 +9,6 @@
 //! it is dispatched. Times are wall-clock Unix milliseconds passed in by the caller: leases
 //! outlive the process.
 
-use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 /// Lease TTL when the request names none: two minutes.
@@ -198,12 +197,7 @@ pub fn valid_owner(owner: &str) -> bool {
 
 /// The stored form of an owner id: its SHA-256, hex.
 pub fn owner_hash(owner: &str) -> String {
-    let digest = Sha256::digest(owner.as_bytes());
-    let mut out = String::with_capacity(64);
-    for b in digest.iter() {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    super::key::sha256_hex(owner.as_bytes())
 }
 
 /// A generation as written in a header or body: a positive integer without a sign or

@@ -237,17 +237,13 @@ pub struct Memory {
 const MEMORY_CAP: usize = 10_000;
 
 impl Memory {
-    /// Round-robin without items: the start position among `len` options for `key`, the
-    /// cursor advanced (the same rotation [`simple::round_robin`] applies).
+    /// The start position of a rotation among `len` options for `key`, the cursor advanced:
+    /// [`simple::round_robin`] uses it over items, the engine directly over a provider's keys.
     pub fn rotate(&mut self, key: &str, len: usize) -> usize {
-        let cursor = self.cursor(key);
+        let cursor = slot(&mut self.cursors, key);
         let start = *cursor % len.max(1);
         *cursor = cursor.wrapping_add(1);
         start
-    }
-
-    fn cursor(&mut self, key: &str) -> &mut usize {
-        slot(&mut self.cursors, key)
     }
 
     fn deficits(&mut self, key: &str) -> &mut BTreeMap<u64, i64> {
@@ -285,7 +281,7 @@ pub fn rank(
     }
     match strategy {
         Strategy::Priority => simple::priority(items),
-        Strategy::RoundRobin => simple::round_robin(items, memory.cursor(key)),
+        Strategy::RoundRobin => simple::round_robin(items, key, memory),
         Strategy::FillFirst => simple::fill_first(items),
         Strategy::Lkgp => simple::lkgp(items),
         Strategy::Weighted => random::weighted(items, rng),

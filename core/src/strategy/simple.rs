@@ -1,6 +1,6 @@
 //! Deterministic orders: priority, round-robin, fill-first, lkgp.
 
-use super::{Item, sorted_by};
+use super::{Item, Memory, sorted_by};
 
 /// The listed order.
 pub fn priority(items: &[Item]) -> Vec<usize> {
@@ -8,10 +8,9 @@ pub fn priority(items: &[Item]) -> Vec<usize> {
 }
 
 /// The listed order rotated by a cursor that advances one step per decision.
-pub fn round_robin(items: &[Item], cursor: &mut usize) -> Vec<usize> {
+pub fn round_robin(items: &[Item], key: &str, memory: &mut Memory) -> Vec<usize> {
     let base = priority(items);
-    let start = *cursor % base.len().max(1);
-    *cursor = cursor.wrapping_add(1);
+    let start = memory.rotate(key, base.len());
     base.iter().cycle().skip(start).take(base.len()).copied().collect()
 }
 
