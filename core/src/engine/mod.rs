@@ -16,7 +16,7 @@ use crate::provider_cooldown::ProviderCooldownConfig;
 use crate::provider_cooldown::ProviderCooldownTracker;
 use crate::session::{Affinity, PinEvent};
 use crate::settings::ResilienceSettings;
-use crate::strategy::{Ask, Memory};
+use crate::strategy::Memory;
 use crate::types::{ProviderClass, Reason, TerminalState};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -26,90 +26,8 @@ use std::time::{Duration, Instant};
 
 pub use crate::exclusion::{Exclusion, ExclusionReason, Refusal, Selection, refusal};
 
-/// One routable (provider, connection, model) target.
-#[derive(Debug, Clone, Copy)]
-pub struct Candidate<'a> {
-    /// Provider id.
-    pub provider: &'a str,
-    /// Provider class.
-    pub class: ProviderClass,
-    /// Connection id.
-    pub connection: &'a str,
-    /// Model as sent upstream.
-    pub model: &'a str,
-    /// The model's quota family, if the provider declares one.
-    pub family: Option<&'a str>,
-    /// What routing knows of its target and connection.
-    pub traits: Traits,
-}
-
-impl<'a> Candidate<'a> {
-    /// A candidate with default traits (target 0, weight 1, priority among connections).
-    pub fn new(provider: &'a str, class: ProviderClass, connection: &'a str, model: &'a str) -> Self {
-        Candidate { provider, class, connection, model, family: None, traits: Traits::default() }
-    }
-}
-
-/// What routing knows of a candidate beyond its identity: the combo target it belongs to and
-/// that target's declared traits, and the provider's way of choosing among its connections.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Traits {
-    /// Position of the combo target it came from; candidates of one target are that target's
-    /// connections.
-    pub target: usize,
-    /// The target's weight (`weighted`).
-    pub weight: u32,
-    /// The target's declared cost.
-    pub cost: Option<f64>,
-    /// The target's declared context window in tokens.
-    pub context_window: Option<u64>,
-    /// How the provider chooses among its connections.
-    pub connection_strategy: Strategy,
-    /// The connection's weight among the provider's connections.
-    pub connection_weight: u32,
-    /// The connection's `max_concurrent` (M7 quota-share gate), if any.
-    pub max_concurrent: Option<u32>,
-}
-
-impl Default for Traits {
-    fn default() -> Self {
-        Traits {
-            target: 0,
-            weight: 1,
-            cost: None,
-            context_window: None,
-            connection_strategy: Strategy::Priority,
-            connection_weight: 1,
-            max_concurrent: None,
-        }
-    }
-}
-
 pub use crate::strategy::Strategy;
-
-/// How one request routes: the strategy among its targets, the key its round-robin cursor,
-/// deck and last-known-good are kept under (a combo or model name), what strategies read of
-/// the request, and its session (M5) with the pin's TTL.
-#[derive(Debug, Clone, Copy)]
-pub struct Route<'a> {
-    /// Strategy among targets.
-    pub strategy: Strategy,
-    /// Cursor key.
-    pub key: &'a str,
-    /// The request's traits.
-    pub ask: Ask,
-    /// The session key, if the request has one.
-    pub session: Option<&'a str>,
-    /// How long a session pin lasts (zero: affinity off).
-    pub session_ttl: Duration,
-}
-
-impl<'a> Route<'a> {
-    /// A route with no request traits and no session.
-    pub fn new(strategy: Strategy, key: &'a str) -> Self {
-        Route { strategy, key, ask: Ask::default(), session: None, session_ttl: Duration::ZERO }
-    }
-}
+pub use candidate::{Candidate, Route, Traits};
 
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy)]
@@ -581,6 +499,7 @@ impl Engine {
     }
 }
 
+mod candidate;
 mod route;
 mod usage;
 
