@@ -55,7 +55,8 @@ pub fn from_headers(headers: &[(&str, &str)], wall_now_ms: Option<u64>) -> Optio
             parse_epoch(value.trim(), wall_now_ms)
         } else if n.starts_with("x-ratelimit-reset-") {
             parse_go_duration(value.trim())
-        } else if n.starts_with("anthropic-ratelimit-") && n.ends_with("-reset") {
+        } else if n.starts_with("anthropic-ratelimit-") && n.ends_with("-reset") && !n.contains("-slow-") {
+            // (The low-priority lane's own budget reset says nothing about the account's window.)
             parse_rfc3339_ms(value.trim())
                 .and_then(|t| until(t, wall_now_ms))
                 .or_else(|| parse_epoch(value.trim(), wall_now_ms))

@@ -27,6 +27,7 @@ pub mod settings;
 pub mod strategy;
 pub mod tried;
 pub mod types;
+pub mod usage_limit;
 pub mod watchdog;
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use crate::errors::{Body, ProxyError, Source, json_response};
 use crate::gateway::Gateway;
 use ferroute_core::breaker::BreakerState;
 use ferroute_core::types::ConnectionStatus;
+use ferroute_core::usage_limit::LaneView;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::Connect;
@@ -53,7 +54,7 @@ pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Re
             .iter()
             .map(|c| {
                 let s = e.connection(&c.id);
-                serde_json::json!({
+                let mut j = serde_json::json!({
                     "id": c.id,
                     "provider": c.provider,
                     "status": s.status(now).as_str(),
@@ -61,7 +62,23 @@ pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Re
                     "backoff_level": s.backoff_level(),
                     "last_error_type": s.last_error_type().map(|r| r.as_str()),
                     "last_error_code": s.error_code(),
-                })
+                });
+                if c.usage_limit.as_ref().is_some_and(|u| u.options().any()) {
+                    let lane = e.lane_view(&c.id, now);
+                    let until = match lane {
+                        LaneView::Off => None,
+                        LaneView::Active { remaining }
+                        | LaneView::Guard { remaining }
+                        | LaneView::BudgetExhausted { remaining } => Some(rfc3339(gw.clock.wall_ms(now + remaining))),
+                    };
+                    let reset_next = e.lanes().reset_next(&c.id, now).map(|t| rfc3339(gw.clock.wall_ms(t)));
+                    j["usage_limit"] = serde_json::json!({
+                        "lane": lane.as_str(),
+                        "until": until,
+                        "next_reset_try": reset_next,
+                    });
+                }
+                j
             })
             .collect();
         let lockouts: Vec<serde_json::Value> =

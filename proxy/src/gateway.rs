@@ -9,6 +9,7 @@ use bytes::Bytes;
 use ferroute_core::admission::{AdmissionQueue, Enter, FailMode, Permit, QueueLimits, QueueRejection, WaitExpiry};
 use ferroute_core::engine::{Candidate, Engine, Event, Strategy, Traits};
 use ferroute_core::session::PinEvent;
+use ferroute_core::usage_limit::LaneChange;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::Connect;
@@ -189,7 +190,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                     | Event::ConnectionRecovered { connection } => {
                         conns.insert(connection.to_string());
                     }
-                    Event::Lockout { .. } | Event::Pin(_) => {}
+                    Event::Lockout { .. } | Event::Pin(_) | Event::Lane { .. } => {}
                 }
             }
             let breakers: Vec<_> = providers
@@ -207,6 +208,14 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         });
         for ev in &events {
             log_event(ev, &self.clock);
+            if let Event::Lane { connection, change } = ev {
+                let event = match change {
+                    LaneChange::Accepted { .. } => "accepted".to_owned(),
+                    LaneChange::Ended(why) => format!("ended_{}", why.as_str()),
+                    LaneChange::Reset(outcome) => format!("reset_{}", outcome.as_str()),
+                };
+                self.metrics.usage_limit(connection, &event);
+            }
             self.observe(now, Observed::Core(ev));
         }
         if let Some(store) = &self.store
@@ -455,6 +464,15 @@ fn log_event(ev: &Event, clock: &Clock) {
             tracing::debug!(%provider, %connection, "session pinned")
         }
         Event::Pin(PinEvent::Dropped { provider, .. }) => tracing::debug!(%provider, "session pin dropped"),
+        Event::Lane { connection, change: LaneChange::Accepted { until } } => {
+            tracing::warn!(%connection, until = %crate::clock::rfc3339(clock.wall_ms(*until)), "usage limit: low-priority lane accepted")
+        }
+        Event::Lane { connection, change: LaneChange::Ended(why) } => {
+            tracing::info!(%connection, reason = why.as_str(), "usage limit: low-priority lane ended")
+        }
+        Event::Lane { connection, change: LaneChange::Reset(outcome) } => {
+            tracing::info!(%connection, outcome = outcome.as_str(), "usage limit: session-limit reset tried")
+        }
     }
 }
 

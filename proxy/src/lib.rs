@@ -28,6 +28,7 @@ pub mod store;
 pub mod stream;
 pub mod translate;
 pub mod upstream;
+pub mod usage_reset;
 
 use crate::clock::Clock;
 use crate::config::Config;

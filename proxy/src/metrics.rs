@@ -21,6 +21,7 @@ pub struct Metrics {
     leases_active: Gauge,
     session_pins: Gauge,
     translations: Family<Labels, Counter>,
+    usage_limit: Family<Labels, Counter>,
     /// Stream finalisations (each stream finalises exactly once).
     pub stream_finalizations: Counter,
     /// Streams started.
@@ -72,8 +73,15 @@ impl Metrics {
             "Upstream attempts whose request was translated, by client API and provider format",
             translations.clone(),
         );
+        let usage_limit = Family::<Labels, Counter>::default();
+        registry.register(
+            "usage_limit_events",
+            "Claude usage-limit handling (M4) by connection and event: accepted, ended_<reason>, reset_<outcome>, slow_wait",
+            usage_limit.clone(),
+        );
         Metrics {
             registry,
+            usage_limit,
             requests,
             upstream_latency,
             breaker_state,
@@ -91,6 +99,13 @@ impl Metrics {
     pub fn translation(&self, api: &str, format: &str) {
         self.translations
             .get_or_create(&vec![("api".into(), api.to_owned()), ("format".into(), format.to_owned())])
+            .inc();
+    }
+
+    /// Counts one M4 event of a connection.
+    pub fn usage_limit(&self, connection: &str, event: &str) {
+        self.usage_limit
+            .get_or_create(&vec![("connection".into(), connection.to_owned()), ("event".into(), event.to_owned())])
             .inc();
     }
 

@@ -13,6 +13,8 @@ use bytes::Bytes;
 use ferroute_core::admission::{FailMode, QueueLimits};
 use ferroute_core::classify::Decision;
 use ferroute_core::engine::AttemptOutcome;
+use ferroute_core::usage_limit::lane::START_MARGIN;
+use ferroute_core::usage_limit::{LaneRequest, SLOW_HEADER, SLOW_VALUE, Step as LaneStep, Unified};
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::Connect;
@@ -57,6 +59,7 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     gw: &Gateway<C>,
     t: &Target,
     prep: &mut Prepared,
+    slow: bool,
 ) -> Result<Request<Full<Bytes>>, ProxyError> {
     let (provider, connection) = gw.parts(t);
     let body =
@@ -80,6 +83,9 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     }
     for (name, value) in &prep.headers {
         b = b.header(*name, value.as_str());
+    }
+    if slow {
+        b = b.header(SLOW_HEADER, SLOW_VALUE);
     }
     b.body(Full::new(Bytes::from(body))).map_err(|e| {
         ProxyError::new(
@@ -144,52 +150,100 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         attempt.record(AttemptOutcome::Neutral);
         return Step::Excluded;
     }
-    let req = match upstream_request(&gw, &target, prep) {
-        Ok(r) => r,
-        Err(e) => {
-            attempt.record(AttemptOutcome::Neutral);
-            return Step::Fail(e, conn_id);
-        }
-    };
     if inbound.api == ClientApi::Responses || exchange::wire(inbound.api) != provider.format {
         gw.metrics.translation(exchange::api_name(inbound.api), exchange::format_name(provider.format));
     }
-    let started = gw.clock.now();
-    gw.observe(
-        started,
-        crate::gateway::Observed::Dispatch { provider: &provider.id, connection: &connection.id, model: &target.model },
-    );
     let start_timeout = provider.start_timeout_ms.map(Duration::from_millis);
     let budget = match start_timeout {
         Some(s) => s.min(limits.execution_max_wait),
         None => limits.execution_max_wait,
     };
-    let result = tokio::time::timeout(budget, gw.client.request(req)).await;
-    gw.metrics.upstream_latency(&provider.id, seconds_since(started, gw.clock.now()));
-    let resp = match result {
-        Err(_) if start_timeout.is_some_and(|s| s <= limits.execution_max_wait) => {
-            // The provider's own start timeout: a provider-level failure.
-            return transport_failure(
-                &mut attempt,
-                format!("{} sent no response headers within {} ms", provider.id, budget.as_millis()),
-            );
+    // M4: a Claude usage-limit 429 may be answered on this same connection (a reset, then the
+    // low-priority lane) before it goes anywhere else.
+    let usage_limit = connection.usage_limit.as_ref().filter(|u| u.options().any());
+    let mut lane = LaneRequest::default();
+    let mut slow = usage_limit.is_some() && gw.with_engine(|e| e.lane_slow(&conn_id, now));
+    let first_send = gw.clock.now();
+    let mut started;
+    let resp = loop {
+        let req = match upstream_request(&gw, &target, prep, slow) {
+            Ok(r) => r,
+            Err(e) => {
+                attempt.record(AttemptOutcome::Neutral);
+                return Step::Fail(e, conn_id);
+            }
+        };
+        lane.sending(slow);
+        started = gw.clock.now();
+        gw.observe(
+            started,
+            crate::gateway::Observed::Dispatch {
+                provider: &provider.id,
+                connection: &connection.id,
+                model: &target.model,
+            },
+        );
+        let left = budget.saturating_sub(started.saturating_duration_since(first_send));
+        let result = tokio::time::timeout(left, gw.client.request(req)).await;
+        gw.metrics.upstream_latency(&provider.id, seconds_since(started, gw.clock.now()));
+        let resp = match result {
+            Err(_) if start_timeout.is_some_and(|s| s <= limits.execution_max_wait) => {
+                // The provider's own start timeout: a provider-level failure.
+                return transport_failure(
+                    &mut attempt,
+                    format!("{} sent no response headers within {} ms", provider.id, budget.as_millis()),
+                );
+            }
+            Err(_) => {
+                attempt.record(AttemptOutcome::Neutral);
+                let e = ProxyError::new(
+                    Source::Internal,
+                    504,
+                    "RATE_LIMIT_EXECUTION_TIMEOUT",
+                    format!(
+                        "the upstream attempt exceeded execution_max_wait_ms ({} ms)",
+                        limits.execution_max_wait.as_millis()
+                    ),
+                )
+                .with("provider", provider.id.clone().into());
+                return Step::Fail(e, conn_id);
+            }
+            Ok(Err(e)) => return transport_failure(&mut attempt, format!("{} is unreachable: {e}", provider.id)),
+            Ok(Ok(r)) => r,
+        };
+        let Some(cfg) = usage_limit else { break resp };
+        let opts = cfg.options();
+        let headers: Vec<(&str, &str)> =
+            resp.headers().iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))).collect();
+        let unified = Unified::parse(&headers);
+        let status = resp.status().as_u16();
+        let now = gw.clock.now();
+        let left = budget.saturating_sub(now.saturating_duration_since(first_send));
+        let wall = gw.clock.wall_ms(now);
+        let mut step =
+            gw.with_engine(|e| e.lane_response(&conn_id, now, wall, status, &unified, opts, &mut lane, left));
+        if step == LaneStep::TryReset {
+            let outcome = crate::usage_reset::try_reset(&gw, connection, cfg, left.saturating_sub(START_MARGIN)).await;
+            let now = gw.clock.now();
+            let wall = gw.clock.wall_ms(now);
+            step = gw.with_engine(|e| e.lane_reset(&conn_id, now, wall, outcome, &unified, opts, &mut lane));
         }
-        Err(_) => {
+        gw.settle();
+        let LaneStep::Retry { slow: next_slow, after } = step else { break resp };
+        drop(resp);
+        if !after.is_zero() {
+            tracing::info!(connection = %conn_id, wait_ms = after.as_millis() as u64, "usage limit: lane slot busy, waiting");
+            gw.metrics.usage_limit(&conn_id, "slow_wait");
+            tokio::time::sleep(after).await;
+        }
+        // The wait may have outlasted the breaker or the connection.
+        let now = gw.clock.now();
+        if let Some((reason, _)) = ticket.and_then(|t| gw.with_engine(|e| e.recheck(now, &cand, t))) {
+            tracing::debug!(connection = %conn_id, reason = reason.as_str(), "excluded while waiting in the usage-limit lane");
             attempt.record(AttemptOutcome::Neutral);
-            let e = ProxyError::new(
-                Source::Internal,
-                504,
-                "RATE_LIMIT_EXECUTION_TIMEOUT",
-                format!(
-                    "the upstream attempt exceeded execution_max_wait_ms ({} ms)",
-                    limits.execution_max_wait.as_millis()
-                ),
-            )
-            .with("provider", provider.id.clone().into());
-            return Step::Fail(e, conn_id);
+            return Step::Excluded;
         }
-        Ok(Err(e)) => return transport_failure(&mut attempt, format!("{} is unreachable: {e}", provider.id)),
-        Ok(Ok(r)) => r,
+        slow = next_slow;
     };
     let status = resp.status();
     observe_response(&gw, &target, &resp, started, status.is_success().then_some(route_key));

@@ -172,6 +172,7 @@ fn check_config_reports_every_problem() {
         .env("OPENAI_API_KEY", "x")
         .env("OPENAI_API_KEY_2", "y")
         .env("ANTHROPIC_API_KEY", "z")
+        .env("CLAUDE_OAUTH_TOKEN", "o")
         .env("MY_GATEWAY_KEY", "w")
         .env("FREE_KEY_1", "f1")
         .env("FREE_KEY_2", "f2")

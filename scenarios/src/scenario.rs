@@ -162,6 +162,23 @@ pub struct Expect {
     /// Dispatches by target (`provider/model`) at the end.
     #[serde(default)]
     pub targets: Vec<TargetExpect>,
+    /// Lines of the run's event log containing a text, counted (`lane c1 ended max_wait`).
+    #[serde(default)]
+    pub log: Vec<LogExpect>,
+}
+
+/// How many event-log lines contain `contains`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogExpect {
+    /// The text.
+    pub contains: String,
+    /// At least.
+    #[serde(default)]
+    pub min: Option<u64>,
+    /// At most.
+    #[serde(default)]
+    pub max: Option<u64>,
 }
 
 /// Dispatches by target: one target's count, or how many distinct targets were used.
@@ -262,6 +279,9 @@ pub struct StateExpect {
     /// Whether `model` is locked.
     #[serde(default)]
     pub locked: Option<bool>,
+    /// M4: the connection's usage-limit lane (`off`, `active`, `guard`, `budget_exhausted`).
+    #[serde(default)]
+    pub lane: Option<String>,
 }
 
 /// Upstream calls, checked at the end.

@@ -178,6 +178,13 @@ pub enum Behaviour {
     },
     /// Accept the request and never answer.
     Stall,
+    /// `then`, with these headers added to its response (a header already there is replaced).
+    WithHeaders {
+        /// The headers.
+        headers: BTreeMap<String, String>,
+        /// The behaviour whose response gets them.
+        then: Box<Behaviour>,
+    },
 }
 
 impl Behaviour {

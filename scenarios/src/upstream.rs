@@ -32,13 +32,27 @@ pub struct Recorded {
     pub body: String,
 }
 
-/// Scripts by model name (`*` for any other), a call counter per model, and a request log.
+/// Scripts by route (`*` for any other), a call counter per route, and a request log.
+///
+/// A request's route is its model, except:
+/// - a request carrying `anthropic-usage-limit: slow` (Claude's low-priority lane) plays
+///   `<model>@slow` when that is scripted, and is counted under it either way;
+/// - `GET …/api/oauth/usage` plays `@usage` and `POST …/reset_rate_limits` plays `@reset` (the
+///   session-limit reset endpoints).
+///
+/// Header values and `respond` bodies may name the upstream's wall clock: `{epoch}`,
+/// `{epoch+N}` and `{epoch-N}` become Unix seconds now, N seconds later or earlier.
 pub struct ScriptedUpstream {
     routes: BTreeMap<String, Script>,
     calls: Mutex<BTreeMap<String, u64>>,
     log: Mutex<Vec<Recorded>>,
     started: tokio::time::Instant,
+    wall_start_ms: u64,
 }
+
+/// The wall clock a scripted upstream believes it started at, unless told otherwise (the
+/// simulation's gateway starts at the same instant).
+pub const DEFAULT_WALL_START_MS: u64 = 1_780_000_000_000;
 
 /// Requests kept in the log; older ones are dropped first.
 const LOG_CAP: usize = 10_000;
@@ -53,7 +67,14 @@ impl ScriptedUpstream {
             calls: Mutex::new(BTreeMap::new()),
             log: Mutex::new(Vec::new()),
             started: tokio::time::Instant::now(),
+            wall_start_ms: DEFAULT_WALL_START_MS,
         }
+    }
+
+    /// Sets the wall clock (Unix ms) at the upstream's start, for `{epoch…}` placeholders.
+    pub fn wall_clock(mut self, start_ms: u64) -> Self {
+        self.wall_start_ms = start_ms;
+        self
     }
 
     /// Plays `script` for requests whose `model` is `model` (`*` matches any other).
@@ -91,9 +112,19 @@ impl ScriptedUpstream {
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
         let model = json.get("model").and_then(|m| m.as_str()).unwrap_or("").to_owned();
         let stream = json.get("stream").and_then(|s| s.as_bool()).unwrap_or(false);
+        let slow = headers.get("anthropic-usage-limit").is_some_and(|v| v.eq_ignore_ascii_case("slow"));
+        let route = if path.ends_with("/api/oauth/usage") {
+            "@usage".to_owned()
+        } else if path.ends_with("/reset_rate_limits") {
+            "@reset".to_owned()
+        } else if slow {
+            format!("{model}@slow")
+        } else {
+            model.clone()
+        };
         let call = {
             let mut calls = self.calls.lock().map_err(|_| io::Error::other("poisoned"))?;
-            let n = calls.entry(model.clone()).or_insert(0);
+            let n = calls.entry(route.clone()).or_insert(0);
             *n += 1;
             *n - 1
         };
@@ -109,7 +140,8 @@ impl ScriptedUpstream {
                 body: String::from_utf8_lossy(&body).into_owned(),
             });
         }
-        let Some(script) = self.routes.get(&model).or_else(|| self.routes.get("*")) else {
+        let scripted = self.routes.get(&route).or_else(|| if slow { self.routes.get(&model) } else { None });
+        let Some(script) = scripted.or_else(|| self.routes.get("*")) else {
             let msg = format!(
                 r#"{{"error":{{"message":"model {model} is not scripted","type":"invalid_request_error","code":"model_not_found"}}}}"#
             );
@@ -117,7 +149,8 @@ impl ScriptedUpstream {
         };
         let elapsed = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let anthropic = path.ends_with("/messages");
-        play(script.pick(call, elapsed), &json, stream, anthropic).await
+        let epoch = self.wall_start_ms.saturating_add(elapsed) / 1000;
+        play(script.pick(call, elapsed), &json, stream, anthropic, epoch).await
     }
 }
 
@@ -317,11 +350,50 @@ fn tool_call_events(name: &str, text: &str, model: &str, chunk_ms: u64, anthropi
     }
 }
 
-async fn play(
+/// Replaces `{epoch}`, `{epoch+N}` and `{epoch-N}` with Unix seconds.
+fn with_epoch(text: &str, epoch: u64) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("{epoch") {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i + "{epoch".len()..];
+        let Some(close) = tail.find('}') else {
+            out.push_str(&rest[i..]);
+            return out;
+        };
+        let offset = &tail[..close];
+        let value = match offset.as_bytes().first() {
+            None => Some(epoch),
+            Some(b'+') => offset[1..].parse::<u64>().ok().map(|n| epoch.saturating_add(n)),
+            Some(b'-') => offset[1..].parse::<u64>().ok().map(|n| epoch.saturating_sub(n)),
+            _ => None,
+        };
+        match value {
+            Some(v) => out.push_str(&v.to_string()),
+            None => out.push_str(&rest[i..i + "{epoch".len() + close + 1]),
+        }
+        rest = &tail[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn play(
     b: Behaviour,
     json: &serde_json::Value,
     stream: bool,
     anthropic: bool,
+    epoch: u64,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response<UpBody>, io::Error>> + Send + '_>> {
+    Box::pin(play_one(b, json, stream, anthropic, epoch))
+}
+
+async fn play_one(
+    b: Behaviour,
+    json: &serde_json::Value,
+    stream: bool,
+    anthropic: bool,
+    epoch: u64,
 ) -> Result<Response<UpBody>, io::Error> {
     let sleep = |ms: u64| async move {
         if ms > 0 {
@@ -332,7 +404,20 @@ async fn play(
     match b {
         Behaviour::Respond { status, headers, body, latency_ms } => {
             sleep(latency_ms).await;
-            Ok(full(status, &headers, body))
+            let headers = headers.iter().map(|(k, v)| (k.clone(), with_epoch(v, epoch))).collect();
+            Ok(full(status, &headers, with_epoch(&body, epoch)))
+        }
+        Behaviour::WithHeaders { headers, then } => {
+            let mut resp = play(*then, json, stream, anthropic, epoch).await?;
+            let h = resp.headers_mut();
+            for (k, v) in &headers {
+                if let (Ok(k), Ok(v)) =
+                    (http::HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&with_epoch(v, epoch)))
+                {
+                    h.insert(k, v);
+                }
+            }
+            Ok(resp)
         }
         Behaviour::Echo { latency_ms, chunk_ms } => {
             sleep(latency_ms).await;
@@ -394,5 +479,20 @@ pub async fn serve_upstream<L: Listener>(mut listener: L, upstream: Arc<Scripted
                 .serve_connection(TokioIo::new(io), svc)
                 .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_epoch;
+
+    #[test]
+    fn epoch_placeholders_become_unix_seconds() {
+        assert_eq!(with_epoch("{epoch}", 1_780_000_000), "1780000000");
+        assert_eq!(with_epoch("at {epoch+60} or {epoch-1}", 1_780_000_000), "at 1780000060 or 1779999999");
+        assert_eq!(with_epoch(r#"{"next":{epoch+86400}}"#, 10), r#"{"next":86410}"#);
+        // Anything else is left alone.
+        assert_eq!(with_epoch("{epochs} {epoch+x} {epoch", 10), "{epochs} {epoch+x} {epoch");
+        assert_eq!(with_epoch("{}", 10), "{}");
     }
 }

@@ -211,6 +211,23 @@ impl Recorder {
             Event::Pin(ferroute_core::session::PinEvent::Dropped { session, provider }) => {
                 self.note(at, format!("pin {session} on {provider} dropped"));
             }
+            Event::Lane { connection, change } => {
+                use ferroute_core::usage_limit::LaneChange;
+                match change {
+                    LaneChange::Accepted { until } => {
+                        let u = ms_of(*until);
+                        self.note(at, format!("lane {connection} accepted until={u}"));
+                        self.open_span(format!("lane:{connection}"), "slow", at);
+                    }
+                    LaneChange::Ended(why) => {
+                        self.note(at, format!("lane {connection} ended {}", why.as_str()));
+                        self.close_span(&format!("lane:{connection}"), at);
+                    }
+                    LaneChange::Reset(outcome) => {
+                        self.note(at, format!("lane {connection} reset {}", outcome.as_str()));
+                    }
+                }
+            }
             Event::Lockout { provider, connection, model, cooldown } => {
                 self.note(at, format!("lockout {provider}/{connection}/{model} for {} ms", cooldown.as_millis()));
                 self.spans.push(Span {

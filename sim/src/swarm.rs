@@ -187,7 +187,14 @@ pub fn generate(seed: u64) -> Scenario {
         upstreams,
         workload,
         faults,
-        expect: Expect { responses, counts: Vec::new(), states, calls: Vec::new(), targets: Vec::new() },
+        expect: Expect {
+            responses,
+            counts: Vec::new(),
+            states,
+            calls: Vec::new(),
+            targets: Vec::new(),
+            log: Vec::new(),
+        },
     }
 }
 

@@ -137,7 +137,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
             let host = host.clone();
             async move {
                 let up = Arc::new(
-                    routes.into_iter().fold(ScriptedUpstream::new(), |acc, (model, script)| acc.route(&model, script)),
+                    routes
+                        .into_iter()
+                        .fold(ScriptedUpstream::new().wall_clock(WALL_START_MS), |acc, (model, script)| {
+                            acc.route(&model, script)
+                        }),
                 );
                 lock(&shared).upstreams.insert(host, Arc::clone(&up));
                 let listener = SimListener::bind(UPSTREAM_PORT).await?;
@@ -369,6 +373,12 @@ fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::StateExpect
                     problems.push(format!("connection {c} has {left} ms of cooldown left (expected {lo}..={hi})"));
                 }
             }
+            if let Some(want) = &e.lane {
+                let got = eng.lane_view(c, now).as_str();
+                if got != want {
+                    problems.push(format!("connection {c} has usage-limit lane {got} (expected {want})"));
+                }
+            }
             if let (Some(p), Some(m), Some(want)) = (&e.provider, &e.model, e.locked) {
                 let got = eng.lockouts().remaining(now, p, c, m, None).is_some();
                 if got != want {
@@ -477,6 +487,12 @@ fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
         }
     }
     check_targets(&mut s, t, &exp.targets);
+    for l in &exp.log {
+        let n = s.rec.log.iter().filter(|(_, line)| line.contains(&l.contains)).count() as u64;
+        if l.min.is_some_and(|m| n < m) || l.max.is_some_and(|m| n > m) {
+            s.rec.violate(t, format!("{n} log lines contain {:?} (expected {:?}..={:?})", l.contains, l.min, l.max));
+        }
+    }
 }
 
 fn check_targets(s: &mut Shared, t: u64, exp: &[scenarios::scenario::TargetExpect]) {

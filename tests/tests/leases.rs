@@ -279,3 +279,35 @@ async fn no_lease_while_every_allowed_key_cools_down() {
     assert!((59..=60).contains(&s), "{s}");
     assert_eq!(health(&gw).await["leases"]["active"], 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_lease_store_answers_503_and_dispatches_nothing() {
+    let up = upstream(ScriptedUpstream::new().route("m", Script::always(Behaviour::echo()))).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gw = start(config(LEASED, &up), Persistence::Dir(dir.path().to_owned())).await;
+    let o = owner(1);
+    let got = lease(&gw, "team-key-0001", &o, serde_json::json!({"action": "acquire", "model": "up/m"})).await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    let generation = got.json()["generation"].as_u64().expect("generation").to_string();
+
+    // The lease table disappears from under the running gateway (a damaged or replaced file).
+    let side = rusqlite::Connection::open(dir.path().join("state.db")).expect("open the state file");
+    side.execute_batch("ALTER TABLE leases RENAME TO leases_away").expect("rename");
+    for body in [
+        serde_json::json!({"action": "acquire", "model": "up/m"}),
+        serde_json::json!({"action": "status", "generation": generation.parse::<u64>().unwrap_or(0)}),
+    ] {
+        let r = lease(&gw, "team-key-0001", &owner(2), body).await;
+        assert_eq!((r.status, code(&r)), (503, "LEASE_SERVICE_UNAVAILABLE".to_owned()), "{}", r.body);
+    }
+    let calls = up.script.total_calls();
+    let r = fenced(&gw, "team-key-0001", &o, &generation).await;
+    assert_eq!((r.status, code(&r)), (503, "LEASE_SERVICE_UNAVAILABLE".to_owned()), "{}", r.body);
+    assert_eq!(up.script.total_calls(), calls, "a request whose fence cannot be checked is never dispatched");
+
+    // Back in place, the same lease and generation hold again.
+    side.execute_batch("ALTER TABLE leases_away RENAME TO leases").expect("rename back");
+    let r = fenced(&gw, "team-key-0001", &o, &generation).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    gw.stop().await;
+}

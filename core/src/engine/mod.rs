@@ -18,6 +18,9 @@ use crate::session::{Affinity, PinEvent};
 use crate::settings::ResilienceSettings;
 use crate::strategy::Memory;
 use crate::types::{ProviderClass, Reason, TerminalState};
+use crate::usage_limit::{
+    LaneChange, LaneRequest, LaneView, Lanes, Options as LaneOptions, ResetOutcome, Step as LaneStep, Unified,
+};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, VecDeque};
@@ -81,6 +84,13 @@ pub enum Event {
     },
     /// A session pin changed (M5).
     Pin(PinEvent),
+    /// A connection's Claude usage-limit state changed (M4).
+    Lane {
+        /// Connection id.
+        connection: Arc<str>,
+        /// What changed.
+        change: LaneChange,
+    },
     /// A model lockout was recorded.
     Lockout {
         /// Provider.
@@ -144,6 +154,7 @@ pub struct Engine {
     connection_memory: Memory,
     usage: Usage,
     affinity: Affinity,
+    lanes: Lanes,
     rng: ChaCha8Rng,
     events: VecDeque<Event>,
     /// Interned ids, so that events name providers, connections and models without
@@ -168,6 +179,7 @@ impl Engine {
             connection_memory: Memory::default(),
             usage: Usage::default(),
             affinity: Affinity::new(),
+            lanes: Lanes::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             events: VecDeque::new(),
             ids: BTreeMap::new(),
@@ -230,6 +242,53 @@ impl Engine {
         &mut self.affinity
     }
 
+    /// The Claude usage-limit lanes (M4).
+    pub fn lanes(&self) -> &Lanes {
+        &self.lanes
+    }
+
+    /// Whether a request sent to `connection` now goes in the low-priority lane (M4).
+    pub fn lane_slow(&self, connection: &str, now: Instant) -> bool {
+        self.lanes.slow(connection, now)
+    }
+
+    /// `connection`'s lane at `now` (M4).
+    pub fn lane_view(&self, connection: &str, now: Instant) -> LaneView {
+        self.lanes.view(connection, now)
+    }
+
+    /// What a response means for the connection's usage-limit handling (M4); a `Retry` keeps
+    /// the response away from the cooldown path. Waits draw their jitter from the engine's RNG.
+    #[allow(clippy::too_many_arguments)]
+    pub fn lane_response(
+        &mut self,
+        connection: &str,
+        now: Instant,
+        wall_ms: u64,
+        status: u16,
+        headers: &Unified,
+        opts: LaneOptions,
+        req: &mut LaneRequest,
+        start_left: Duration,
+    ) -> LaneStep {
+        self.lanes.on_response(connection, now, wall_ms, status, headers, opts, req, start_left, &mut self.rng)
+    }
+
+    /// What a session-limit reset try came to (M4).
+    #[allow(clippy::too_many_arguments)]
+    pub fn lane_reset(
+        &mut self,
+        connection: &str,
+        now: Instant,
+        wall_ms: u64,
+        outcome: ResetOutcome,
+        headers: &Unified,
+        opts: LaneOptions,
+        req: &mut LaneRequest,
+    ) -> LaneStep {
+        self.lanes.on_reset(connection, now, wall_ms, outcome, headers, opts, req)
+    }
+
     /// The model lockouts.
     pub fn lockouts(&self) -> &ModelLockouts {
         &self.lockouts
@@ -248,13 +307,20 @@ impl Engine {
         if let Some(e) = self.events.pop_front() {
             return Some(e);
         }
-        self.affinity.poll_event().map(Event::Pin)
+        if let Some(p) = self.affinity.poll_event() {
+            return Some(Event::Pin(p));
+        }
+        let (id, change) = self.lanes.poll_change()?;
+        Some(Event::Lane { connection: self.intern(&id), change })
     }
 
     /// The earliest instant at which some state changes by itself.
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
         let conn = self.connections.values().filter_map(|c| c.rate_limited_until(now)).min();
-        [self.breakers.poll_timeout(), conn, self.lockouts.poll_timeout(now)].into_iter().flatten().min()
+        [self.breakers.poll_timeout(), conn, self.lockouts.poll_timeout(now), self.lanes.poll_timeout(now)]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Operator reset: every breaker closed, every lockout cleared. Returns the breaker count.
@@ -267,6 +333,7 @@ impl Engine {
     pub fn sweep(&mut self, now: Instant) {
         self.lockouts.sweep(now, &self.derived.lockout);
         self.affinity.sweep(now);
+        self.lanes.sweep(now);
         self.tracker.sweep(now, &self.derived.provider_cooldown);
     }
 

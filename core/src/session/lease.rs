@@ -286,6 +286,58 @@ mod tests {
         assert_eq!(fence(None, "team", 10), Err(LeaseError::LeaseRequired));
     }
 
+    use proptest::prelude::*;
+
+    fn any_state() -> impl Strategy<Value = LeaseState> {
+        prop_oneof![
+            Just(LeaseState::Active),
+            Just(LeaseState::Released),
+            Just(LeaseState::Expired),
+            Just(LeaseState::Invalidated)
+        ]
+    }
+
+    proptest! {
+        /// Once the fence refuses a lease it refuses it at every later instant (a lapsed
+        /// generation never comes back), and it only ever passes the lease's own connection
+        /// to the lease's own key.
+        #[test]
+        fn the_fence_is_monotonic_in_time(
+            state in any_state(),
+            expires in 0u64..10_000,
+            t1 in 0u64..20_000,
+            dt in 0u64..20_000,
+            same_key in any::<bool>(),
+        ) {
+            let l = Lease { state, expires_at_ms: expires, ..lease(LeaseState::Active, 0) };
+            let key = if same_key { "team" } else { "other" };
+            let (a, b) = (fence(Some(&l), key, t1), fence(Some(&l), key, t1 + dt));
+            if b.is_ok() {
+                prop_assert!(a.is_ok());
+            }
+            if let Ok(c) = a {
+                prop_assert_eq!(c, "c1");
+                prop_assert!(same_key && state == LeaseState::Active && t1 < expires);
+            }
+        }
+
+        /// Every generation a client can be given reads back as itself; nothing outside
+        /// 1..=MAX_GENERATION is accepted.
+        #[test]
+        fn generations_round_trip(g in 0u64..=(MAX_GENERATION + 10)) {
+            let parsed = parse_generation(&g.to_string());
+            prop_assert_eq!(parsed, (1..=MAX_GENERATION).contains(&g).then_some(g));
+        }
+
+        /// A TTL is always within bounds, and a retry hint always 1–3600 s.
+        #[test]
+        fn ttls_and_retry_hints_stay_in_bounds(ttl in proptest::option::of(any::<u64>()), at in proptest::option::of(any::<u64>()), now in any::<u64>()) {
+            let t = clamp_ttl(ttl);
+            prop_assert!(t >= MIN_TTL && t <= MAX_TTL);
+            prop_assert!((1..=3600).contains(&capacity_retry_after(at, now)));
+        }
+    }
+
     #[test]
     fn every_error_has_its_status() {
         assert_eq!(LeaseError::CapacityUnavailable.status(), 429);

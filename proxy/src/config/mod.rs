@@ -179,6 +179,43 @@ pub struct ConnectionConfig {
     /// used.
     #[serde(default)]
     pub egress_ip: Option<String>,
+    /// M4: Claude usage-limit handling (anthropic-format providers; both off by default).
+    #[serde(default)]
+    pub usage_limit: Option<UsageLimitConfig>,
+}
+
+/// `[connections.usage_limit]`: what a Claude subscription's usage-limit 429 may trigger.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageLimitConfig {
+    /// Accept the low-priority offer and keep sending on this account with
+    /// `anthropic-usage-limit: slow` until the window resets.
+    #[serde(default)]
+    pub low_priority_lane: bool,
+    /// Try the once-a-week session-limit reset first (needs `organization`).
+    #[serde(default)]
+    pub limit_reset: bool,
+    /// Base URL of the usage and reset endpoints (default `https://api.anthropic.com`).
+    #[serde(default)]
+    pub reset_base_url: Option<String>,
+    /// The account's organization UUID (the reset endpoint's path).
+    #[serde(default)]
+    pub organization: Option<String>,
+}
+
+impl UsageLimitConfig {
+    /// What the core is asked to do.
+    pub fn options(&self) -> ferroute_core::usage_limit::Options {
+        ferroute_core::usage_limit::Options { lane: self.low_priority_lane, reset: self.limit_reset }
+    }
+
+    /// The usage/reset endpoints' base URL, without a trailing slash.
+    pub fn base_url(&self) -> &str {
+        self.reset_base_url
+            .as_deref()
+            .unwrap_or(ferroute_core::usage_limit::reset::DEFAULT_BASE_URL)
+            .trim_end_matches('/')
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -413,6 +450,28 @@ impl Config {
             {
                 errors.push(err(f("egress_ip"), format!("{ip:?} is not an IP address")));
             }
+            if let Some(u) = &c.usage_limit {
+                let format = self.providers.iter().find(|p| p.id == c.provider).map(|p| p.format);
+                if u.options().any() && format.is_some_and(|f| f != Format::Anthropic) {
+                    errors.push(err(f("usage_limit"), "applies to anthropic-format providers only"));
+                }
+                if u.limit_reset && u.organization.as_deref().is_none_or(|o| o.trim().is_empty()) {
+                    errors.push(err(f("usage_limit.organization"), "is needed when limit_reset is on"));
+                }
+                if let Some(o) = &u.organization
+                    && !o.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-')
+                {
+                    errors.push(err(f("usage_limit.organization"), format!("{o:?} is not an organization UUID")));
+                }
+                if let Some(url) = &u.reset_base_url {
+                    match url.parse::<http::Uri>() {
+                        Ok(x) if matches!(x.scheme_str(), Some("http" | "https")) && x.host().is_some() => {}
+                        _ => {
+                            errors.push(err(f("usage_limit.reset_base_url"), format!("{url:?} is not an http(s) URL")))
+                        }
+                    }
+                }
+            }
             if c.weight.is_some_and(|w| w > 1000) {
                 errors.push(err(f("weight"), "is out of range (allowed 0..=1000)"));
             }
@@ -483,6 +542,7 @@ fn add_demo(raw: &mut RawConfig) {
         request_queue: None,
         weight: None,
         egress_ip: None,
+        usage_limit: None,
     };
     raw.providers.push(provider(demo::PROVIDER, Format::Openai, &["echo", "tools"]));
     raw.providers.push(provider(demo::FLAKY_PROVIDER, Format::Openai, &["flaky"]));
