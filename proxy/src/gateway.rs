@@ -155,6 +155,19 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             }
         }
         drop(engine);
+        // M14: a lease whose key may no longer use its connection (the key, the connection or
+        // the permission left the config) ends as INVALIDATED; its fence refuses from now on.
+        let allowed = |key_id: &str, connection: &str| {
+            self.config.keys.iter().any(|k| {
+                k.id == key_id
+                    && k.permissions.iter().any(|p| p == ferroute_core::session::lease::PERMISSION)
+                    && k.allowed_connections.iter().any(|c| c == connection)
+            }) && self.config.connections.iter().any(|c| c.id == connection)
+        };
+        let invalidated = store.invalidate_leases(&allowed, wall)?;
+        if invalidated > 0 {
+            tracing::warn!(invalidated, "leases whose key may no longer use their connection were invalidated");
+        }
         if self.config.emergency_fallback.target.is_some()
             && let Some(v) = store.setting(EMERGENCY_SETTING)?
         {

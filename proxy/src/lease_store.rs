@@ -185,6 +185,32 @@ impl Store {
         })
     }
 
+    /// Marks INVALIDATED every active lease whose key may no longer use its connection
+    /// (`allowed(key_id, connection)` is false: the key, the connection or the permission
+    /// left the config). Returns how many.
+    pub fn invalidate_leases(&self, allowed: &dyn Fn(&str, &str) -> bool, now_ms: u64) -> Result<usize, StoreError> {
+        self.lease_tx(|tx| {
+            reclaim(tx, now_ms)?;
+            let active: Vec<(String, i64, String, String)> = {
+                let mut st =
+                    tx.prepare("SELECT owner_hash, generation, key_id, connection FROM leases WHERE state = 'ACTIVE'")?;
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect::<rusqlite::Result<_>>()?
+            };
+            let mut n = 0;
+            for (owner, generation, key, connection) in active {
+                if !allowed(&key, &connection) {
+                    n += tx.execute(
+                        "UPDATE leases SET state = 'INVALIDATED', renewed_at_ms = ?3
+                         WHERE owner_hash = ?1 AND generation = ?2 AND state = 'ACTIVE'",
+                        params![owner, generation, now_ms as i64],
+                    )?;
+                }
+            }
+            Ok(n)
+        })
+    }
+
     /// Active leases at `now_ms` (counted, never listed: owners stay private).
     pub fn active_leases(&self, now_ms: u64) -> Result<u64, StoreError> {
         let conn = self.lock();

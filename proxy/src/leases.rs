@@ -24,8 +24,7 @@ use std::sync::Arc;
 pub const OWNER: &str = "x-ferroute-lease-owner";
 /// Header carrying the lease generation.
 pub const GENERATION: &str = "x-ferroute-lease-generation";
-/// The permission a key needs.
-pub const PERMISSION: &str = "lease:exclusive";
+pub use ferroute_core::session::lease::PERMISSION;
 
 /// A lease error as a response.
 pub fn refuse(e: LeaseError) -> ProxyError {

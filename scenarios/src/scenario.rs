@@ -125,7 +125,8 @@ pub struct Fault {
     pub action: FaultAction,
     /// One side.
     pub a: String,
-    /// The other side.
+    /// The other side (empty for `restart`).
+    #[serde(default)]
     pub b: String,
 }
 
@@ -141,6 +142,10 @@ pub enum FaultAction {
     Hold,
     /// Deliver held messages.
     Release,
+    /// Restart host `a` (only `gateway`): its software starts again on the same state file
+    /// (a scenario with a restart keeps the gateway's state in SQLite on disk, as production
+    /// does). Requests in flight at that moment are lost, so scenarios restart between them.
+    Restart,
 }
 
 /// Expectations.

@@ -151,11 +151,27 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         });
     }
 
+    // A scenario that restarts the gateway keeps its state where production does: in a SQLite
+    // file, here in a directory of its own that lives as long as the run.
+    let restarts = scenario.faults.iter().any(|f| f.action == FaultAction::Restart);
+    let state_dir = if restarts {
+        match tempfile::tempdir() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                lock(&shared).rec.violate(0, format!("no directory for the gateway's state file: {e}"));
+                return finish(scenario, seed, &shared, Duration::ZERO, wall_start);
+            }
+        }
+    } else {
+        None
+    };
+    let state_path = state_dir.as_ref().map(|d| d.path().to_owned());
     {
         let shared = Arc::clone(&shared);
         sim.host("gateway", move || {
             let shared = Arc::clone(&shared);
             let config = config.clone();
+            let persistence = state_path.clone().map_or(Persistence::Memory, Persistence::Dir);
             async move {
                 let base = tokio::time::Instant::now().into_std();
                 let e0 = sim_now();
@@ -165,9 +181,13 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                     let mut s = lock(&tap_shared);
                     s.rec.observe(ms_of(at), &what, &ms_of);
                 });
-                let gw =
-                    build_observed(config, SimConnector, Persistence::Memory, WALL_START_MS, proxy_seed, Some(tap))
-                        .map_err(|e| e.to_string())?;
+                // A restarted gateway's wall clock goes on from where the simulation is.
+                let wall = WALL_START_MS + ms(e0);
+                let gw = build_observed(config, SimConnector, persistence, wall, proxy_seed, Some(tap))
+                    .map_err(|e| e.to_string())?;
+                if ms(e0) > 0 {
+                    lock(&shared).rec.note(ms(e0), "gateway started again".into());
+                }
                 lock(&shared).gateway = Some(GatewayHandle { gw: Arc::clone(&gw), base, e0 });
                 let listener = SimListener::bind(GATEWAY_PORT).await?;
                 proxy::serve::serve_gateway(gw, listener, std::future::pending()).await;
@@ -256,6 +276,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                 FaultAction::Repair => sim.repair(f.a.as_str(), f.b.as_str()),
                 FaultAction::Hold => sim.hold(f.a.as_str(), f.b.as_str()),
                 FaultAction::Release => sim.release(f.a.as_str(), f.b.as_str()),
+                FaultAction::Restart => sim.bounce(f.a.as_str()),
             }
             lock(&shared).rec.note(t, format!("fault {:?} {} {}", f.action, f.a, f.b));
             next_fault += 1;
@@ -285,6 +306,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let simulated = sim.elapsed();
     end_checks(scenario, &shared, ms(simulated));
     drop(sim);
+    drop(state_dir);
     finish(scenario, seed, &shared, simulated, wall_start)
 }
 
@@ -303,6 +325,12 @@ fn check_hosts(scenario: &Scenario) -> Result<(), String> {
     }
     let clients: std::collections::BTreeSet<&str> = scenario.workload.iter().map(|w| w.client.as_str()).collect();
     for f in &scenario.faults {
+        if f.action == FaultAction::Restart {
+            if f.a != "gateway" || !f.b.is_empty() {
+                return Err(format!("the restart at {} ms must name a = \"gateway\" and no b", f.at_ms));
+            }
+            continue;
+        }
         for h in [&f.a, &f.b] {
             if !hosts.contains(h) && !clients.contains(h.as_str()) {
                 return Err(format!("fault at {} ms names unknown host {h:?}", f.at_ms));

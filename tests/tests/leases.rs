@@ -311,3 +311,33 @@ async fn a_failing_lease_store_answers_503_and_dispatches_nothing() {
     assert_eq!(r.status, 200, "{}", r.body);
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_connection_left_its_key_is_invalidated_at_restart() {
+    let up = upstream(ScriptedUpstream::new().route("m", Script::always(Behaviour::echo()))).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gw = start(config(LEASED, &up), Persistence::Dir(dir.path().to_owned())).await;
+    let (kept, moved) = (owner(7), owner(8));
+    let a = lease(&gw, "other-key-0002", &kept, serde_json::json!({"action": "acquire", "model": "up/m"})).await;
+    let b = lease(&gw, "other-key-0002", &moved, serde_json::json!({"action": "acquire", "model": "up/m"})).await;
+    assert_eq!((a.status, b.status), (200, 200), "{} {}", a.body, b.body);
+    let (ga, gb) = (a.json()["generation"].as_u64().unwrap_or(0), b.json()["generation"].as_u64().unwrap_or(0));
+    assert_eq!(
+        (a.json()["connection"]["id"].as_str(), b.json()["connection"]["id"].as_str()),
+        (Some("c0"), Some("c1"))
+    );
+    gw.stop().await;
+
+    // The operator takes c1 away from the key.
+    let narrowed = LEASED.replacen(r#"allowed_connections = ["c0", "c1"]"#, r#"allowed_connections = ["c0"]"#, 1);
+    let gw = start(config(&narrowed, &up), Persistence::Dir(dir.path().to_owned())).await;
+    for (o, g, state) in [(&kept, ga, "ACTIVE"), (&moved, gb, "INVALIDATED")] {
+        let r = lease(&gw, "other-key-0002", o, serde_json::json!({"action": "status", "generation": g})).await;
+        assert_eq!(r.json()["state"], state, "{}", r.body);
+    }
+    let r = fenced(&gw, "other-key-0002", &moved, &gb.to_string()).await;
+    assert_eq!((r.status, code(&r)), (409, "LEASE_FENCE_STALE".to_owned()), "{}", r.body);
+    assert_eq!(fenced(&gw, "other-key-0002", &kept, &ga.to_string()).await.status, 200);
+    assert_eq!(health(&gw).await["leases"]["active"], 1);
+    gw.stop().await;
+}

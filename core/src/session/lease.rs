@@ -11,6 +11,8 @@
 
 use std::time::Duration;
 
+/// The permission a client key needs to hold leases.
+pub const PERMISSION: &str = "lease:exclusive";
 /// Lease TTL when the request names none: two minutes.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(120);
 /// Shortest lease.
