@@ -14,7 +14,7 @@ use ferroute_core::admission::{FailMode, QueueLimits};
 use ferroute_core::classify::Decision;
 use ferroute_core::engine::AttemptOutcome;
 use ferroute_core::usage_limit::lane::START_MARGIN;
-use ferroute_core::usage_limit::{LaneRequest, SLOW_HEADER, SLOW_VALUE, Step as LaneStep, Unified};
+use ferroute_core::usage_limit::{LaneRequest, SLOW_HEADER, SLOW_VALUE, Seen, Step as LaneStep, Unified};
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::Connect;
@@ -220,13 +220,13 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         let now = gw.clock.now();
         let left = budget.saturating_sub(now.saturating_duration_since(first_send));
         let wall = gw.clock.wall_ms(now);
-        let mut step =
-            gw.with_engine(|e| e.lane_response(&conn_id, now, wall, status, &unified, opts, &mut lane, left));
+        let seen = Seen { connection: &conn_id, now, wall_ms: wall, status, headers: &unified };
+        let mut step = gw.with_engine(|e| e.lane_response(&seen, opts, &mut lane, left));
         if step == LaneStep::TryReset {
             let outcome = crate::usage_reset::try_reset(&gw, connection, cfg, left.saturating_sub(START_MARGIN)).await;
             let now = gw.clock.now();
-            let wall = gw.clock.wall_ms(now);
-            step = gw.with_engine(|e| e.lane_reset(&conn_id, now, wall, outcome, &unified, opts, &mut lane));
+            let seen = Seen { now, wall_ms: gw.clock.wall_ms(now), ..seen };
+            step = gw.with_engine(|e| e.lane_reset(&seen, outcome, opts, &mut lane));
         }
         gw.settle();
         let LaneStep::Retry { slow: next_slow, after } = step else { break resp };

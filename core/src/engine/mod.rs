@@ -19,7 +19,7 @@ use crate::settings::ResilienceSettings;
 use crate::strategy::Memory;
 use crate::types::{ProviderClass, Reason, TerminalState};
 use crate::usage_limit::{
-    LaneChange, LaneRequest, LaneView, Lanes, Options as LaneOptions, ResetOutcome, Step as LaneStep, Unified,
+    LaneChange, LaneRequest, LaneView, Lanes, Options as LaneOptions, ResetOutcome, Seen, Step as LaneStep,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -259,34 +259,25 @@ impl Engine {
 
     /// What a response means for the connection's usage-limit handling (M4); a `Retry` keeps
     /// the response away from the cooldown path. Waits draw their jitter from the engine's RNG.
-    #[allow(clippy::too_many_arguments)]
     pub fn lane_response(
         &mut self,
-        connection: &str,
-        now: Instant,
-        wall_ms: u64,
-        status: u16,
-        headers: &Unified,
+        seen: &Seen<'_>,
         opts: LaneOptions,
         req: &mut LaneRequest,
         start_left: Duration,
     ) -> LaneStep {
-        self.lanes.on_response(connection, now, wall_ms, status, headers, opts, req, start_left, &mut self.rng)
+        self.lanes.on_response(seen, opts, req, start_left, &mut self.rng)
     }
 
     /// What a session-limit reset try came to (M4).
-    #[allow(clippy::too_many_arguments)]
     pub fn lane_reset(
         &mut self,
-        connection: &str,
-        now: Instant,
-        wall_ms: u64,
+        seen: &Seen<'_>,
         outcome: ResetOutcome,
-        headers: &Unified,
         opts: LaneOptions,
         req: &mut LaneRequest,
     ) -> LaneStep {
-        self.lanes.on_reset(connection, now, wall_ms, outcome, headers, opts, req)
+        self.lanes.on_reset(seen, outcome, opts, req)
     }
 
     /// The model lockouts.

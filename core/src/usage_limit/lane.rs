@@ -110,6 +110,21 @@ pub enum Step {
     },
 }
 
+/// A response as the lane reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// The connection that answered.
+    pub connection: &'a str,
+    /// When.
+    pub now: Instant,
+    /// The same instant as Unix ms (the headers name wall-clock instants).
+    pub wall_ms: u64,
+    /// Its status.
+    pub status: u16,
+    /// Its `anthropic-ratelimit-unified-*` headers.
+    pub headers: &'a Unified,
+}
+
 /// One request's share of the lane: what it sent, how long it waited.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LaneRequest {
@@ -314,16 +329,11 @@ impl Lanes {
         c.budget_until = Some(c.budget_until.map_or(at, |b| b.max(at)));
     }
 
-    /// Decides what a response from `connection` means for M4. `start_left` is what remains
-    /// of the request's start timeout; `req` is this request's lane state across its sends.
-    #[allow(clippy::too_many_arguments)]
+    /// Decides what a response means for M4. `start_left` is what remains of the request's
+    /// start timeout; `req` is this request's lane state across its sends.
     pub fn on_response(
         &mut self,
-        connection: &str,
-        now: Instant,
-        wall_ms: u64,
-        status: u16,
-        h: &Unified,
+        seen: &Seen<'_>,
         opts: Options,
         req: &mut LaneRequest,
         start_left: Duration,
@@ -332,9 +342,10 @@ impl Lanes {
         if !opts.any() {
             return Step::Pass;
         }
+        let Seen { connection, now, wall_ms, status, headers: h } = *seen;
         if self.expire(connection, now) {
             // `None`: the lane ended on this response, which may still be a new trigger.
-            if let Some(step) = self.in_lane(connection, now, wall_ms, status, h, req, start_left, rng) {
+            if let Some(step) = self.in_lane(seen, req, start_left, rng) {
                 return step;
             }
         }
@@ -358,18 +369,14 @@ impl Lanes {
     }
 
     /// A response while the lane is active: `None` when it ended the lane.
-    #[allow(clippy::too_many_arguments)]
     fn in_lane(
         &mut self,
-        connection: &str,
-        now: Instant,
-        wall_ms: u64,
-        status: u16,
-        h: &Unified,
+        seen: &Seen<'_>,
         req: &mut LaneRequest,
         start_left: Duration,
         rng: &mut ChaCha8Rng,
     ) -> Option<Step> {
+        let Seen { connection, now, wall_ms, status, headers: h } = *seen;
         let a = self.conns.get(connection).and_then(|c| c.active)?;
         let ended = if h.overage_in_use {
             Some(LaneEnd::ExtraUsage)
@@ -440,20 +447,11 @@ impl Lanes {
         Step::Retry { slow: true, after: Duration::ZERO }
     }
 
-    /// What the session-limit reset came to, for the request whose trigger asked for it
-    /// (`h` are that trigger's headers): retry at full speed after `reset`/`not_limited`,
+    /// What the session-limit reset came to, for the request whose trigger (`seen`, with
+    /// `now` when the try ended) asked for it: retry at full speed after `reset`/`not_limited`,
     /// else hold the next try back and go on to the lane.
-    #[allow(clippy::too_many_arguments)]
-    pub fn on_reset(
-        &mut self,
-        connection: &str,
-        now: Instant,
-        wall_ms: u64,
-        outcome: ResetOutcome,
-        h: &Unified,
-        opts: Options,
-        req: &mut LaneRequest,
-    ) -> Step {
+    pub fn on_reset(&mut self, seen: &Seen<'_>, outcome: ResetOutcome, opts: Options, req: &mut LaneRequest) -> Step {
+        let Seen { connection, now, wall_ms, headers: h, .. } = *seen;
         self.push(connection, LaneChange::Reset(outcome));
         let hold = outcome.hold(wall_ms);
         let c = self.conns.entry(connection.to_owned()).or_default();

@@ -15,7 +15,7 @@ pub mod reset;
 #[cfg(test)]
 mod tests;
 
-pub use lane::{LaneChange, LaneEnd, LaneRequest, LaneView, Lanes, Step};
+pub use lane::{LaneChange, LaneEnd, LaneRequest, LaneView, Lanes, Seen, Step};
 pub use reset::{ResetOutcome, UsageVerdict};
 
 use crate::hint::{header, parse_rfc3339_ms};

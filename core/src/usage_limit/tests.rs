@@ -42,9 +42,14 @@ impl Rig {
     }
 
     fn respond(&mut self, secs: u64, status: u16, h: &Unified, opts: Options, req: &mut LaneRequest) -> Step {
-        let now = self.at(secs);
-        let wall = WALL + secs * 1000;
-        self.lanes.on_response("c", now, wall, status, h, opts, req, TEN_MIN, &mut self.rng)
+        let seen = Seen { connection: "c", now: self.at(secs), wall_ms: WALL + secs * 1000, status, headers: h };
+        self.lanes.on_response(&seen, opts, req, TEN_MIN, &mut self.rng)
+    }
+
+    /// The reset try of a trigger at 0 s ended with `outcome`.
+    fn reset(&mut self, h: &Unified, outcome: ResetOutcome, opts: Options, req: &mut LaneRequest) -> Step {
+        let seen = Seen { connection: "c", now: self.at(0), wall_ms: WALL, status: 429, headers: h };
+        self.lanes.on_reset(&seen, outcome, opts, req)
     }
 
     fn changes(&mut self) -> Vec<LaneChange> {
@@ -186,8 +191,8 @@ fn waits_also_fit_the_start_timeout_minus_five_seconds() {
     let mut req = r.accepted(0);
     let busy = unified(&[("slow-status", "slot_busy"), ("slow-retry-after", "20")]);
     // 20 s ± 30 % never fits into 20 s − 5 s of start budget.
-    let now = r.at(1);
-    let step = r.lanes.on_response("c", now, WALL, 429, &busy, LANE, &mut req, Duration::from_secs(20), &mut r.rng);
+    let seen = Seen { connection: "c", now: r.at(1), wall_ms: WALL, status: 429, headers: &busy };
+    let step = r.lanes.on_response(&seen, LANE, &mut req, Duration::from_secs(20), &mut r.rng);
     assert_eq!(step, Step::Pass);
     assert!(r.changes().contains(&LaneChange::Ended(LaneEnd::MaxWait)));
 }
@@ -280,7 +285,7 @@ fn reset_is_tried_before_the_lane_and_a_reset_retries_at_full_speed() {
     let mut req = LaneRequest::default();
     let h = trigger(3600);
     assert_eq!(r.respond(0, 429, &h, BOTH, &mut req), Step::TryReset);
-    let step = r.lanes.on_reset("c", r.at(0), WALL, ResetOutcome::Reset, &h, BOTH, &mut req);
+    let step = r.reset(&h, ResetOutcome::Reset, BOTH, &mut req);
     assert_eq!(step, Step::Retry { slow: false, after: Duration::ZERO });
     assert!(!r.lanes.slow("c", r.at(0)));
     assert!(r.lanes.reset_due("c", r.at(0)));
@@ -289,7 +294,7 @@ fn reset_is_tried_before_the_lane_and_a_reset_retries_at_full_speed() {
     let mut r = Rig::new();
     let mut req = LaneRequest::default();
     assert_eq!(r.respond(0, 429, &h, BOTH, &mut req), Step::TryReset);
-    let step = r.lanes.on_reset("c", r.at(0), WALL, ResetOutcome::NotLimited, &h, BOTH, &mut req);
+    let step = r.reset(&h, ResetOutcome::NotLimited, BOTH, &mut req);
     assert_eq!(step, Step::Retry { slow: false, after: Duration::ZERO });
 }
 
@@ -307,7 +312,7 @@ fn spent_or_failed_resets_hold_the_next_try_and_go_on_to_the_lane() {
         let mut req = LaneRequest::default();
         let h = trigger(3600);
         assert_eq!(r.respond(0, 429, &h, BOTH, &mut req), Step::TryReset);
-        let step = r.lanes.on_reset("c", r.at(0), WALL, outcome, &h, BOTH, &mut req);
+        let step = r.reset(&h, outcome, BOTH, &mut req);
         assert_eq!(step, Step::Retry { slow: true, after: Duration::ZERO }, "{outcome:?}");
         assert_eq!(r.lanes.reset_next("c", r.at(0)), Some(r.at(0) + hold), "{outcome:?}");
         // The next trigger skips the reset while it is held back.
@@ -325,7 +330,7 @@ fn spent_or_failed_resets_hold_the_next_try_and_go_on_to_the_lane() {
     let mut req = LaneRequest::default();
     let only = Options { lane: false, reset: true };
     assert_eq!(r.respond(0, 429, &trigger(3600), only, &mut req), Step::TryReset);
-    let step = r.lanes.on_reset("c", r.at(0), WALL, ResetOutcome::Failed, &trigger(3600), only, &mut req);
+    let step = r.reset(&trigger(3600), ResetOutcome::Failed, only, &mut req);
     assert_eq!(step, Step::Pass);
 }
 
@@ -420,9 +425,10 @@ proptest! {
             if slow && let Some(mw) = h.slow_max_wait {
                 max_wait = mw.clamp(MAX_WAIT_BOUNDS.0, MAX_WAIT_BOUNDS.1);
             }
-            let step = lanes.on_response("c", now, wall, status, &h, BOTH, &mut req, left, &mut rng);
+            let seen = Seen { connection: "c", now, wall_ms: wall, status, headers: &h };
+            let step = lanes.on_response(&seen, BOTH, &mut req, left, &mut rng);
             let step = if step == Step::TryReset {
-                lanes.on_reset("c", now, wall, ResetOutcome::Failed, &h, BOTH, &mut req)
+                lanes.on_reset(&seen, ResetOutcome::Failed, BOTH, &mut req)
             } else {
                 step
             };
