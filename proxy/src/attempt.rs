@@ -24,6 +24,10 @@ pub struct Attempt<C: Connect + Clone + Send + Sync + 'static> {
     pub ticket: Option<Ticket>,
     /// Whether the next combo target is on the same provider.
     pub same_provider_next: bool,
+    /// The client request (for observers).
+    pub request: u64,
+    /// The request's round (for observers).
+    pub round: u32,
 }
 
 impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
@@ -35,6 +39,21 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
         let cand = gw.candidate(&self.target);
         let now = gw.clock.now();
         let wall = gw.clock.wall_ms(now);
+        let (provider_level, neutral) = match outcome {
+            AttemptOutcome::Transport | AttemptOutcome::TooSlow => (true, false),
+            AttemptOutcome::Upstream { status, .. } => (status == 408 || status >= 500, false),
+            AttemptOutcome::Success => (false, false),
+            AttemptOutcome::Neutral => (false, true),
+        };
+        gw.observe(
+            now,
+            crate::gateway::Observed::Outcome {
+                provider: &provider.id,
+                connection: &connection.id,
+                provider_level,
+                neutral,
+            },
+        );
         let d = gw.with_engine(|e| {
             e.record(
                 now,

@@ -35,6 +35,8 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
     let mut last: Option<Failure> = None;
     let (mut waits, mut waited) = (0u32, Duration::ZERO);
     let mut emergency_used = false;
+    let request = gw.next_request();
+    let mut round = 0u32;
     // An attempt that became ineligible while queued is not an upstream attempt, so the
     // budget alone does not bound the loop.
     let max_attempts = gw.config.resilience.routing.max_attempts.max(1) as usize;
@@ -71,6 +73,7 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
                         waits += 1;
                         waited += wait;
                         tried.new_round();
+                        round += 1;
                         continue;
                     }
                     if let Some(e) = gw.emergency_plan(&plan.key) {
@@ -79,6 +82,7 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
                             tracing::warn!(combo = %plan.key, target = ?e.pool, "every combo target failed or is excluded; using the emergency target");
                             plan = e;
                             tried.new_round();
+                            round += 1;
                             continue;
                         }
                     }
@@ -101,7 +105,14 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
                     && !tried.was_tried(i)
                     && !tried.is_exhausted(&gw.config.connections[t.connection].id)
             });
-        let attempt = Attempt { gw: Arc::clone(&gw), target: target.clone(), ticket: Some(ticket), same_provider_next };
+        let attempt = Attempt {
+            gw: Arc::clone(&gw),
+            target: target.clone(),
+            ticket: Some(ticket),
+            same_provider_next,
+            request,
+            round,
+        };
         let Some(prep) = preps[slot(provider.format)].as_mut() else {
             // plan and prepare_for keep only targets with a prepared request.
             return finish(

@@ -40,6 +40,24 @@ pub enum Observed<'a> {
         connection: &'a str,
         /// The model sent upstream.
         model: &'a str,
+        /// The client request it belongs to (a number unique in this process).
+        request: u64,
+        /// Its round: 0, then one more after each cooldown wait or the emergency switch.
+        round: u32,
+        /// Sent again within the same attempt (the M4 lane), not a new attempt.
+        resend: bool,
+    },
+    /// An attempt's outcome is about to be recorded: whether it was provider-level (408, 5xx,
+    /// transport, too slow), as the status or error says, before any classification.
+    Outcome {
+        /// Provider id.
+        provider: &'a str,
+        /// Connection id.
+        connection: &'a str,
+        /// Provider-level by its raw status or error.
+        provider_level: bool,
+        /// The client went away or a local limit refused it (says nothing of the upstream).
+        neutral: bool,
     },
     /// A combo request waits for a cooldown before dispatching its set again (M8).
     ComboWait {
@@ -85,6 +103,7 @@ pub struct Gateway<C> {
     pub egress: Mutex<BTreeMap<usize, std::net::IpAddr>>,
     tap: Option<Tap>,
     ids: std::sync::atomic::AtomicU64,
+    requests: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -125,6 +144,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             base_urls,
             tap,
             ids: std::sync::atomic::AtomicU64::new(0),
+            requests: std::sync::atomic::AtomicU64::new(0),
         };
         gw.restore()?;
         Ok(gw)
@@ -410,6 +430,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     pub fn next_id(&self) -> String {
         let n = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         format!("{:x}{n:06x}", self.clock.wall_ms(self.clock.start()))
+    }
+
+    /// A number for one client request, for observers (unique in this process).
+    pub fn next_request(&self) -> u64 {
+        self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Runs the engine's periodic sweep.

@@ -165,6 +165,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     let mut slow = usage_limit.is_some() && gw.with_engine(|e| e.lane_slow(&conn_id, now));
     let first_send = gw.clock.now();
     let mut started;
+    let mut resend = false;
     let resp = loop {
         let req = match upstream_request(&gw, &target, prep, slow) {
             Ok(r) => r,
@@ -181,6 +182,9 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
                 provider: &provider.id,
                 connection: &connection.id,
                 model: &target.model,
+                request: attempt.request,
+                round: attempt.round,
+                resend,
             },
         );
         let left = budget.saturating_sub(started.saturating_duration_since(first_send));
@@ -244,6 +248,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             return Step::Excluded;
         }
         slow = next_slow;
+        resend = true;
     };
     let status = resp.status();
     observe_response(&gw, &target, &resp, started, status.is_success().then_some(route_key));

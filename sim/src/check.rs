@@ -1,6 +1,7 @@
 //! The recorder: every observed event, client outcome and fault, in order, with simulated
 //! times; and the invariants checked as each event arrives.
 
+use ferroute_core::breaker::TransitionReason;
 use ferroute_core::engine::Event;
 use ferroute_core::types::TerminalState;
 use proxy::gateway::Observed;
@@ -77,9 +78,19 @@ pub struct Recorder {
     pub streams: (u64, u64),
     /// Timeline spans.
     pub spans: Vec<Span>,
+    /// `[resilience.routing] max_attempts` of the run's gateway (0: not checked).
+    pub max_attempts: u32,
     breaker_open_until: BTreeMap<String, u64>,
     cooling_until: BTreeMap<String, u64>,
     terminal: BTreeMap<String, TerminalState>,
+    /// Announced model lockouts: (provider, connection, model) → until (ms).
+    locked_until: BTreeMap<(String, String, String), u64>,
+    /// First sends per client request.
+    attempts: BTreeMap<u64, u32>,
+    /// (request, round, provider/model, connection) already sent.
+    sent: BTreeSet<(u64, u32, String, String)>,
+    /// The outcome being recorded: (provider, provider-level, at).
+    last_outcome: Option<(String, bool, u64)>,
 }
 
 impl Recorder {
@@ -108,8 +119,36 @@ impl Recorder {
     /// Feeds one gateway observation at `at` (sim ms); `ms_of` converts core instants.
     pub fn observe(&mut self, at: u64, what: &Observed<'_>, ms_of: &dyn Fn(std::time::Instant) -> u64) {
         match what {
-            Observed::Dispatch { provider, connection, model } => {
-                self.note(at, format!("dispatch {provider}/{connection} model={model}"));
+            Observed::Dispatch { provider, connection, model, request, round, resend } => {
+                let again = if *resend { " again" } else { "" };
+                self.note(at, format!("dispatch {provider}/{connection} model={model}{again}"));
+                if !*resend {
+                    let n = self.attempts.entry(*request).or_insert(0);
+                    *n += 1;
+                    let n = *n;
+                    if self.max_attempts > 0 && n > self.max_attempts {
+                        let max = self.max_attempts;
+                        self.violate(at, format!("request {request} made {n} upstream attempts (budget {max})"));
+                    }
+                    let key = (*request, *round, format!("{provider}/{model}"), (*connection).to_owned());
+                    if !self.sent.insert(key) {
+                        self.violate(
+                            at,
+                            format!("request {request} sent {provider}/{model} to {connection} twice in round {round}"),
+                        );
+                    }
+                }
+                let lock = ((*provider).to_owned(), (*connection).to_owned(), (*model).to_owned());
+                if let Some(until) = self.locked_until.get(&lock)
+                    && at < *until
+                {
+                    self.violate(
+                        at,
+                        format!(
+                            "dispatched {provider}/{model} on {connection} inside its model lockout (until {until} ms)"
+                        ),
+                    );
+                }
                 *self.dispatches.entry(((*provider).to_owned(), (*connection).to_owned())).or_insert(0) += 1;
                 *self.targets.entry(format!("{provider}/{model}")).or_insert(0) += 1;
                 if let Some(until) = self.breaker_open_until.get(*provider)
@@ -128,6 +167,15 @@ impl Recorder {
                     let t = t.as_str();
                     self.violate(at, format!("dispatched to {connection}, which is {t}"));
                 }
+            }
+            Observed::Outcome { provider, connection, provider_level, neutral } => {
+                let kind = match (provider_level, neutral) {
+                    (_, true) => "neutral",
+                    (true, _) => "provider-level",
+                    _ => "account-level or success",
+                };
+                self.note(at, format!("outcome {provider}/{connection} {kind}"));
+                self.last_outcome = Some(((*provider).to_owned(), *provider_level, at));
             }
             Observed::ComboWait { combo, wait } => {
                 self.note(at, format!("combo {combo} waits {} ms for a cooldown", wait.as_millis()));
@@ -152,6 +200,26 @@ impl Recorder {
         match ev {
             Event::Breaker(t) => {
                 let until = t.open_until.map(ms_of);
+                // Layer separation: only a provider-level outcome moves a breaker towards OPEN.
+                let towards_open = matches!(
+                    t.reason,
+                    TransitionReason::DegradationThreshold
+                        | TransitionReason::FailureThreshold
+                        | TransitionReason::ProbeFailed { .. }
+                );
+                if towards_open {
+                    let cause = self.last_outcome.as_ref().filter(|(p, _, when)| *p == t.provider && *when == at);
+                    if !cause.is_some_and(|(_, provider_level, _)| *provider_level) {
+                        let what = format!(
+                            "breaker {} moved {}->{} without a provider-level outcome (last: {:?})",
+                            t.provider,
+                            t.from.as_str(),
+                            t.to.as_str(),
+                            self.last_outcome
+                        );
+                        self.violate(at, what);
+                    }
+                }
                 self.note(
                     at,
                     format!(
@@ -178,6 +246,12 @@ impl Recorder {
                 if let Some(t) = self.terminal.get(&**connection) {
                     let t = t.as_str();
                     self.violate(at, format!("terminal state {t} of {connection} overwritten by a cooldown"));
+                }
+                if let Some(prev) = self.cooling_until.get(&**connection).copied()
+                    && prev > at
+                    && u < prev
+                {
+                    self.violate(at, format!("the cooldown of {connection} moved earlier, from {prev} ms to {u} ms"));
                 }
                 self.cooling_until.insert(connection.to_string(), u);
                 self.spans.push(Span {
@@ -230,6 +304,10 @@ impl Recorder {
             }
             Event::Lockout { provider, connection, model, cooldown } => {
                 self.note(at, format!("lockout {provider}/{connection}/{model} for {} ms", cooldown.as_millis()));
+                let until = at + cooldown.as_millis() as u64;
+                let key = (provider.to_string(), connection.to_string(), model.to_string());
+                let slot = self.locked_until.entry(key).or_insert(until);
+                *slot = (*slot).max(until);
                 self.spans.push(Span {
                     lane: format!("lock:{provider}/{connection}/{model}"),
                     state: "locked".into(),

@@ -117,6 +117,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         }
     };
 
+    lock(&shared).rec.max_attempts = u32::try_from(config.resilience.routing.max_attempts.max(1)).unwrap_or(u32::MAX);
     let mut b = turmoil::Builder::new();
     let limit = Duration::from_millis(scenario.duration_ms);
     let [lo, hi] = scenario.latency_ms.unwrap_or([0, 5]);

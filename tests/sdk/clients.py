@@ -62,13 +62,18 @@ def check_chat(model, stream):
     assert (text, calls, finish) == ("tool said: sunny", [], "stop"), (text, calls, finish)
 
 
+# The event types of the last streamed Messages turn, to show what arrived when a check fails.
+LAST_EVENTS = []
+
+
 def messages_turn(model, messages, stream):
+    LAST_EVENTS.clear()
     if not stream:
         m = ant.messages.create(model=model, max_tokens=256, messages=messages, tools=ANT_TOOLS)
     else:
         with ant.messages.stream(model=model, max_tokens=256, messages=messages, tools=ANT_TOOLS) as s:
-            for _ in s:
-                pass
+            for e in s:
+                LAST_EVENTS.append(e.type)
             m = s.get_final_message()
     text = "".join(b.text for b in m.content if b.type == "text")
     uses = [(b.id, b.name, b.input) for b in m.content if b.type == "tool_use"]
@@ -78,7 +83,7 @@ def messages_turn(model, messages, stream):
 def check_messages(model, stream):
     messages = [{"role": "user", "content": QUESTION}]
     text, uses, stop, content = messages_turn(model, messages, stream)
-    assert stop == "tool_use", stop
+    assert stop == "tool_use", (stop, content, LAST_EVENTS)
     assert len(uses) == 1 and uses[0][1] == "get_weather" and uses[0][2] == {"text": QUESTION}, uses
     messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in content]})
     messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0][0], "content": "sunny"}]})
