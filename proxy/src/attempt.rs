@@ -39,21 +39,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
         let cand = gw.candidate(&self.target);
         let now = gw.clock.now();
         let wall = gw.clock.wall_ms(now);
-        let (provider_level, neutral) = match outcome {
-            AttemptOutcome::Transport | AttemptOutcome::TooSlow => (true, false),
-            AttemptOutcome::Upstream { status, .. } => (status == 408 || status >= 500, false),
-            AttemptOutcome::Success => (false, false),
-            AttemptOutcome::Neutral => (false, true),
-        };
-        gw.observe(
-            now,
-            crate::gateway::Observed::Outcome {
-                provider: &provider.id,
-                connection: &connection.id,
-                provider_level,
-                neutral,
-            },
-        );
+        let kind = crate::gateway::OutcomeKind::of(&outcome);
+        gw.observe(now, crate::gateway::Observed::Outcome { provider: &provider.id, connection: &connection.id, kind });
         let d = gw.with_engine(|e| {
             e.record(
                 now,

@@ -47,17 +47,15 @@ pub enum Observed<'a> {
         /// Sent again within the same attempt (the M4 lane), not a new attempt.
         resend: bool,
     },
-    /// An attempt's outcome is about to be recorded: whether it was provider-level (408, 5xx,
-    /// transport, too slow), as the status or error says, before any classification.
+    /// An attempt's outcome is about to be recorded, as its raw status or error says (before
+    /// any classification).
     Outcome {
         /// Provider id.
         provider: &'a str,
         /// Connection id.
         connection: &'a str,
-        /// Provider-level by its raw status or error.
-        provider_level: bool,
-        /// The client went away or a local limit refused it (says nothing of the upstream).
-        neutral: bool,
+        /// What kind of outcome.
+        kind: OutcomeKind,
     },
     /// A combo request waits for a cooldown before dispatching its set again (M8).
     ComboWait {
@@ -70,6 +68,43 @@ pub enum Observed<'a> {
     StreamStarted,
     /// A stream relay finalised (must happen exactly once per stream).
     StreamFinalized,
+}
+
+/// An attempt's outcome by its raw status or error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeKind {
+    /// A success.
+    Success,
+    /// An upstream error status other than 408 and 5xx.
+    AccountLevel,
+    /// 408, 5xx, a transport failure, or a stream too slow.
+    ProviderLevel,
+    /// The client went away or a local limit refused it: says nothing of the upstream.
+    Neutral,
+}
+
+impl OutcomeKind {
+    /// The kind of an attempt outcome.
+    pub fn of(outcome: &ferroute_core::engine::AttemptOutcome<'_>) -> OutcomeKind {
+        use ferroute_core::engine::AttemptOutcome as A;
+        match outcome {
+            A::Transport | A::TooSlow => OutcomeKind::ProviderLevel,
+            A::Upstream { status, .. } if *status == 408 || *status >= 500 => OutcomeKind::ProviderLevel,
+            A::Upstream { .. } => OutcomeKind::AccountLevel,
+            A::Success => OutcomeKind::Success,
+            A::Neutral => OutcomeKind::Neutral,
+        }
+    }
+
+    /// `success`, `account-level`, `provider-level` or `neutral`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeKind::Success => "success",
+            OutcomeKind::AccountLevel => "account-level",
+            OutcomeKind::ProviderLevel => "provider-level",
+            OutcomeKind::Neutral => "neutral",
+        }
+    }
 }
 
 /// An observer of the gateway; called synchronously, never with a lock held.

@@ -105,6 +105,24 @@ pub struct Workload {
     /// The exact JSON body to send, instead of a generated request.
     #[serde(default)]
     pub body: Option<String>,
+    /// The client gives up on its requests this way (an expected abort, never a violation).
+    #[serde(default)]
+    pub abort: Option<Abort>,
+    /// The bound of `before_headers` and `random` aborts (ms).
+    #[serde(default)]
+    pub abort_after_ms: u64,
+}
+
+/// How a client gives up (a person presses Ctrl-C, an agent's tool call times out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Abort {
+    /// No response headers within `abort_after_ms`: the client hangs up.
+    BeforeHeaders,
+    /// The client hangs up as soon as the first piece of the body arrives.
+    AfterFirstChunk,
+    /// The client hangs up at a moment drawn from the run's seed, before `abort_after_ms`.
+    Random,
 }
 
 fn default_client() -> String {

@@ -4,7 +4,7 @@
 use ferroute_core::breaker::TransitionReason;
 use ferroute_core::engine::Event;
 use ferroute_core::types::TerminalState;
-use proxy::gateway::Observed;
+use proxy::gateway::{Observed, OutcomeKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
@@ -33,6 +33,48 @@ pub struct Outcome {
     pub error: Option<String>,
     /// The gateway's own `x-ferroute-*` response headers.
     pub headers: std::collections::BTreeMap<String, String>,
+    /// The client gave up on purpose (the workload's `abort`).
+    pub aborted: bool,
+}
+
+impl Outcome {
+    /// The answer in the gateway's words: `a#3: 503 server_error retry-after 5s via k1`,
+    /// `b#0: 200 via k2, stream finished`, `c#1: no answer (connection reset)`.
+    pub fn describe(&self, stream: bool) -> String {
+        let mut out = format!("{}#{}: ", self.client, self.seq);
+        match self.status {
+            Some(status) => out.push_str(&status.to_string()),
+            None => out.push_str("no answer"),
+        }
+        if let Some(code) = &self.code {
+            out.push(' ');
+            out.push_str(code);
+        }
+        if let Some(s) = self.retry_after_s {
+            out.push_str(&format!(" retry-after {s}s"));
+        }
+        if let Some(c) = &self.connection {
+            out.push_str(&format!(" via {c}"));
+        }
+        if stream && self.status == Some(200) {
+            out.push_str(if self.done { ", stream finished" } else { ", stream unfinished" });
+        }
+        if self.aborted {
+            out.push_str(" (client gave up)");
+        } else if let (None, Some(e)) = (self.status, &self.error) {
+            out.push_str(&format!(" ({e})"));
+        }
+        out
+    }
+}
+
+/// Simulated milliseconds as seconds: `1.5s`, `60s`.
+pub fn secs(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}.{}s", ms / 1000, format!("{:03}", ms % 1000).trim_end_matches('0'))
+    }
 }
 
 /// A violated property.
@@ -55,6 +97,8 @@ pub struct Span {
     pub from_ms: u64,
     /// To (sim ms), if it ended.
     pub to_ms: Option<u64>,
+    /// What a reader sees on hovering it (empty: the state and times).
+    pub note: String,
 }
 
 /// Everything a run saw.
@@ -89,8 +133,8 @@ pub struct Recorder {
     attempts: BTreeMap<u64, u32>,
     /// (request, round, provider/model, connection) already sent.
     sent: BTreeSet<(u64, u32, String, String)>,
-    /// The outcome being recorded: (provider, provider-level, at).
-    last_outcome: Option<(String, bool, u64)>,
+    /// The outcome being recorded: (provider, kind, at).
+    last_outcome: Option<(String, OutcomeKind, u64)>,
 }
 
 impl Recorder {
@@ -107,7 +151,7 @@ impl Recorder {
 
     fn open_span(&mut self, lane: String, state: &str, at: u64) {
         self.close_span(&lane, at);
-        self.spans.push(Span { lane, state: state.to_owned(), from_ms: at, to_ms: None });
+        self.spans.push(Span { lane, state: state.to_owned(), from_ms: at, to_ms: None, note: String::new() });
     }
 
     fn close_span(&mut self, lane: &str, at: u64) {
@@ -120,8 +164,8 @@ impl Recorder {
     pub fn observe(&mut self, at: u64, what: &Observed<'_>, ms_of: &dyn Fn(std::time::Instant) -> u64) {
         match what {
             Observed::Dispatch { provider, connection, model, request, round, resend } => {
-                let again = if *resend { " again" } else { "" };
-                self.note(at, format!("dispatch {provider}/{connection} model={model}{again}"));
+                let again = if *resend { " again (same attempt)" } else { "" };
+                self.note(at, format!("dispatch {provider}/{model} to {connection}{again}"));
                 if !*resend {
                     let n = self.attempts.entry(*request).or_insert(0);
                     *n += 1;
@@ -150,6 +194,27 @@ impl Recorder {
                     );
                 }
                 *self.dispatches.entry(((*provider).to_owned(), (*connection).to_owned())).or_insert(0) += 1;
+                // A breaker and a connection are drawn from 0 s in the state they start in.
+                for (lane, state) in
+                    [(format!("breaker:{provider}"), "CLOSED"), (format!("conn:{connection}"), "active")]
+                {
+                    if !self.spans.iter().any(|s| s.lane == lane) {
+                        self.spans.push(Span {
+                            lane,
+                            state: state.into(),
+                            from_ms: 0,
+                            to_ms: None,
+                            note: String::new(),
+                        });
+                    }
+                }
+                self.spans.push(Span {
+                    lane: format!("calls:{connection}"),
+                    state: "call".into(),
+                    from_ms: at,
+                    to_ms: Some(at),
+                    note: format!("{provider}/{model} to {connection}{again}"),
+                });
                 *self.targets.entry(format!("{provider}/{model}")).or_insert(0) += 1;
                 if let Some(until) = self.breaker_open_until.get(*provider)
                     && at < *until
@@ -168,17 +233,12 @@ impl Recorder {
                     self.violate(at, format!("dispatched to {connection}, which is {t}"));
                 }
             }
-            Observed::Outcome { provider, connection, provider_level, neutral } => {
-                let kind = match (provider_level, neutral) {
-                    (_, true) => "neutral",
-                    (true, _) => "provider-level",
-                    _ => "account-level or success",
-                };
-                self.note(at, format!("outcome {provider}/{connection} {kind}"));
-                self.last_outcome = Some(((*provider).to_owned(), *provider_level, at));
+            Observed::Outcome { provider, connection, kind } => {
+                self.note(at, format!("outcome {provider}/{connection} {}", kind.as_str()));
+                self.last_outcome = Some(((*provider).to_owned(), *kind, at));
             }
             Observed::ComboWait { combo, wait } => {
-                self.note(at, format!("combo {combo} waits {} ms for a cooldown", wait.as_millis()));
+                self.note(at, format!("combo {combo} waits {} for a cooldown", secs(wait.as_millis() as u64)));
                 self.combo_waits.push(wait.as_millis() as u64);
             }
             Observed::StreamStarted => {
@@ -209,7 +269,7 @@ impl Recorder {
                 );
                 if towards_open {
                     let cause = self.last_outcome.as_ref().filter(|(p, _, when)| *p == t.provider && *when == at);
-                    if !cause.is_some_and(|(_, provider_level, _)| *provider_level) {
+                    if !cause.is_some_and(|(_, kind, _)| *kind == OutcomeKind::ProviderLevel) {
                         let what = format!(
                             "breaker {} moved {}->{} without a provider-level outcome (last: {:?})",
                             t.provider,
@@ -220,15 +280,19 @@ impl Recorder {
                         self.violate(at, what);
                     }
                 }
+                let why = match t.reason {
+                    TransitionReason::DegradationThreshold => "degradation threshold reached".to_owned(),
+                    TransitionReason::FailureThreshold => "failure threshold reached".to_owned(),
+                    TransitionReason::ResetTimeoutElapsed => "reset timeout elapsed".to_owned(),
+                    TransitionReason::ProbeSucceeded => "probe succeeded".to_owned(),
+                    TransitionReason::ProbeFailed { cycle } => format!("probe failed, cycle {cycle}"),
+                    TransitionReason::Recovered => "recovered".to_owned(),
+                    TransitionReason::ManualReset => "reset by an operator".to_owned(),
+                };
+                let probe = until.map(|u| format!(", probe from {}", secs(u))).unwrap_or_default();
                 self.note(
                     at,
-                    format!(
-                        "breaker {} {}->{} {:?} until={until:?}",
-                        t.provider,
-                        t.from.as_str(),
-                        t.to.as_str(),
-                        t.reason
-                    ),
+                    format!("breaker {} {} -> {} ({why}){probe}", t.provider, t.from.as_str(), t.to.as_str()),
                 );
                 match until {
                     Some(u) => {
@@ -238,11 +302,24 @@ impl Recorder {
                         self.breaker_open_until.remove(&t.provider);
                     }
                 }
-                self.open_span(format!("breaker:{}", t.provider), t.to.as_str(), at);
+                let lane = format!("breaker:{}", t.provider);
+                if !self.spans.iter().any(|s| s.lane == lane) {
+                    let from = t.from.as_str().to_owned();
+                    self.spans.push(Span {
+                        lane: lane.clone(),
+                        state: from,
+                        from_ms: 0,
+                        to_ms: None,
+                        note: String::new(),
+                    });
+                }
+                self.open_span(lane, t.to.as_str(), at);
             }
             Event::ConnectionCooldown { connection, until, level, reason } => {
                 let u = ms_of(*until);
-                self.note(at, format!("cooldown {connection} until={u} level={level} reason={}", reason.as_str()));
+                let (len, end, why) = (secs(u.saturating_sub(at)), secs(u), reason.as_str());
+                self.note(at, format!("cooldown {connection} for {len} (until {end}), level {level}, {why}"));
+                self.account_level_cause(at, connection, "cooled down");
                 if let Some(t) = self.terminal.get(&**connection) {
                     let t = t.as_str();
                     self.violate(at, format!("terminal state {t} of {connection} overwritten by a cooldown"));
@@ -259,10 +336,12 @@ impl Recorder {
                     state: "cooldown".into(),
                     from_ms: at,
                     to_ms: Some(u),
+                    note: String::new(),
                 });
             }
             Event::ConnectionTerminal { connection, state } => {
                 self.note(at, format!("terminal {connection} {}", state.as_str()));
+                self.account_level_cause(at, connection, state.as_str());
                 if let Some(prev) = self.terminal.get(&**connection)
                     && prev != state
                 {
@@ -280,7 +359,7 @@ impl Recorder {
             }
             Event::Pin(ferroute_core::session::PinEvent::Set { session, provider, connection, expires_at }) => {
                 let until = ms_of(*expires_at);
-                self.note(at, format!("pin {session} on {provider} to {connection} until={until}"));
+                self.note(at, format!("pin {session} on {provider} to {connection} until {}", secs(until)));
             }
             Event::Pin(ferroute_core::session::PinEvent::Dropped { session, provider }) => {
                 self.note(at, format!("pin {session} on {provider} dropped"));
@@ -290,7 +369,7 @@ impl Recorder {
                 match change {
                     LaneChange::Accepted { until } => {
                         let u = ms_of(*until);
-                        self.note(at, format!("lane {connection} accepted until={u}"));
+                        self.note(at, format!("lane {connection} accepted until {}", secs(u)));
                         self.open_span(format!("lane:{connection}"), "slow", at);
                     }
                     LaneChange::Ended(why) => {
@@ -303,7 +382,8 @@ impl Recorder {
                 }
             }
             Event::Lockout { provider, connection, model, cooldown } => {
-                self.note(at, format!("lockout {provider}/{connection}/{model} for {} ms", cooldown.as_millis()));
+                let len = secs(cooldown.as_millis() as u64);
+                self.note(at, format!("lockout {provider}/{model} on {connection} for {len}"));
                 let until = at + cooldown.as_millis() as u64;
                 let key = (provider.to_string(), connection.to_string(), model.to_string());
                 let slot = self.locked_until.entry(key).or_insert(until);
@@ -313,8 +393,21 @@ impl Recorder {
                     state: "locked".into(),
                     from_ms: at,
                     to_ms: Some(at + cooldown.as_millis() as u64),
+                    note: String::new(),
                 });
             }
+        }
+    }
+
+    /// Layer separation and neutral outcomes: a connection cools or ends only right after an
+    /// account-level outcome (a client that gave up, a local limit or a provider-level failure
+    /// never touches it).
+    fn account_level_cause(&mut self, at: u64, connection: &str, what: &str) {
+        let ok =
+            self.last_outcome.as_ref().is_some_and(|(_, kind, when)| *when == at && *kind == OutcomeKind::AccountLevel);
+        if !ok {
+            let last = self.last_outcome.clone();
+            self.violate(at, format!("{connection} {what} without an account-level outcome (last: {last:?})"));
         }
     }
 
@@ -323,5 +416,42 @@ impl Recorder {
         let mut h = DefaultHasher::new();
         self.log.hash(&mut h);
         h.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_and_answers_read_as_the_gateway_speaks() {
+        assert_eq!(
+            (secs(0), secs(60_000), secs(22_010), secs(500), secs(10_001)),
+            ("0s".to_owned(), "60s".to_owned(), "22.01s".to_owned(), "0.5s".to_owned(), "10.001s".to_owned())
+        );
+        let o = Outcome {
+            client: "a".into(),
+            seq: 3,
+            issued_ms: 0,
+            done_ms: 10,
+            status: Some(503),
+            code: Some("server_error".into()),
+            retry_after_s: Some(5),
+            connection: Some("k1".into()),
+            done: false,
+            error: None,
+            headers: Default::default(),
+            aborted: false,
+        };
+        assert_eq!(o.describe(false), "a#3: 503 server_error retry-after 5s via k1");
+        let lost = Outcome {
+            status: None,
+            code: None,
+            retry_after_s: None,
+            connection: None,
+            error: Some("reset".into()),
+            ..o
+        };
+        assert_eq!(lost.describe(true), "a#3: no answer (reset)");
     }
 }

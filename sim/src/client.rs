@@ -7,14 +7,18 @@ use crate::world::{GATEWAY_PORT, SIM_CLIENT_KEY, ms, sim_now};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
-use scenarios::scenario::Workload;
+use scenarios::scenario::{Abort, Workload};
+use std::time::Duration;
 
+/// Sends one request of `w`. `give_up` is when the client hangs up, for the aborts that have
+/// a moment (`before_headers`: the bound on the headers; `random`: on the whole exchange).
 pub(crate) async fn request(
     http: &Client<SimConnector, Full<Bytes>>,
     w: &Workload,
     client: String,
     seq: u64,
     issued_ms: u64,
+    give_up: Option<Duration>,
 ) -> Outcome {
     let path = match &w.path {
         Some(p) => p.as_str(),
@@ -62,6 +66,7 @@ pub(crate) async fn request(
         done: false,
         error: None,
         headers: Default::default(),
+        aborted: false,
     };
     let text = match &w.body {
         Some(raw) => raw.clone(),
@@ -75,32 +80,72 @@ pub(crate) async fn request(
             return out;
         }
     };
-    match http.request(req).await {
-        Err(e) => out.error = Some(format!("{e:?}")),
-        Ok(resp) => {
-            out.status = Some(resp.status().as_u16());
-            let h = resp.headers();
-            out.retry_after_s = h.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
-            out.connection =
-                h.get("x-ferroute-selected-connection-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            out.headers = h
-                .iter()
-                .filter(|(k, _)| k.as_str().starts_with("x-ferroute-"))
-                .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
-                .collect();
-            match resp.into_body().collect().await {
-                Ok(c) => {
-                    let text = String::from_utf8_lossy(&c.to_bytes()).into_owned();
-                    read_body(&text, w.anthropic, &mut out);
-                }
-                Err(e) => {
-                    out.error = Some(format!("body: {e}"));
-                }
+    match (w.abort, give_up) {
+        (Some(Abort::BeforeHeaders), Some(d)) => match tokio::time::timeout(d, http.request(req)).await {
+            Ok(r) => read(r, w, &mut out, false).await,
+            Err(_) => gave_up(&mut out, "before the response headers"),
+        },
+        (Some(Abort::Random), Some(d)) => {
+            let mut partial = out.clone();
+            let finished =
+                tokio::time::timeout(d, async { read(http.request(req).await, w, &mut partial, false).await }).await;
+            // What arrived before the client hung up is what it saw.
+            out = partial;
+            if finished.is_err() {
+                gave_up(&mut out, "mid-exchange");
             }
         }
+        (Some(Abort::AfterFirstChunk), _) => read(http.request(req).await, w, &mut out, true).await,
+        _ => read(http.request(req).await, w, &mut out, false).await,
     }
     out.done_ms = ms(sim_now());
     out
+}
+
+fn gave_up(out: &mut Outcome, when: &str) {
+    out.aborted = true;
+    out.error = Some(format!("the client gave up {when}"));
+}
+
+/// Reads the response; with `first_chunk_only` the client hangs up after the first frame.
+async fn read(
+    r: Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
+    w: &Workload,
+    out: &mut Outcome,
+    first_chunk_only: bool,
+) {
+    let resp = match r {
+        Err(e) => {
+            out.error = Some(format!("{e:?}"));
+            return;
+        }
+        Ok(resp) => resp,
+    };
+    out.status = Some(resp.status().as_u16());
+    let h = resp.headers();
+    out.retry_after_s = h.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    out.connection = h.get("x-ferroute-selected-connection-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    out.headers = h
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("x-ferroute-"))
+        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
+        .collect();
+    let mut body = resp.into_body();
+    if first_chunk_only {
+        let _ = body.frame().await;
+        drop(body);
+        gave_up(out, "after the first chunk");
+        return;
+    }
+    match body.collect().await {
+        Ok(c) => {
+            let text = String::from_utf8_lossy(&c.to_bytes()).into_owned();
+            read_body(&text, w.anthropic, out);
+        }
+        Err(e) => {
+            out.error = Some(format!("body: {e}"));
+        }
+    }
 }
 
 fn read_body(text: &str, anthropic: bool, out: &mut Outcome) {

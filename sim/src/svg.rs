@@ -1,4 +1,6 @@
-//! An SVG timeline of breaker, cooldown and lockout states for one run.
+//! An SVG timeline of one run: each breaker's and connection's states (from 0 s), lockouts,
+//! the usage-limit lane, the upstream calls per connection and every client request from issue
+//! to answer, on one time axis.
 
 use crate::check::Span;
 use crate::world::RunResult;
@@ -14,6 +16,13 @@ fn color(state: &str) -> &'static str {
         "cooldown" => "#5bc0de",
         "locked" => "#9370db",
         "banned" | "credits_exhausted" | "expired" => "#333333",
+        "active" => "#c8e6c9",
+        "slow" => "#b39ddb",
+        "call" => "#1f4e79",
+        "2xx" => "#5cb85c",
+        "4xx" => "#f0ad4e",
+        "5xx" => "#d9534f",
+        "gave up" => "#bbbbbb",
         _ => "#999999",
     }
 }
@@ -57,16 +66,19 @@ pub fn render(r: &RunResult) -> String {
         for s in spans {
             let to = s.to_ms.unwrap_or(end as u64).min(end as u64);
             let w = (x(to) - x(s.from_ms)).max(1.0);
+            let title = if s.note.is_empty() {
+                format!("{} {}–{} ms", s.state, s.from_ms, to)
+            } else {
+                format!("{} ({}–{} ms)", s.note, s.from_ms, to)
+            };
+            // Requests and calls are thin bars inside their lane; states fill it.
+            let (top, h) = if s.state == "call" { (y + 4.0, lane_h - 10.0) } else { (y + 2.0, lane_h - 6.0) };
             let _ = writeln!(
                 out,
-                r#"<rect x="{:.1}" y="{}" width="{w:.1}" height="{}" fill="{}"><title>{} {}–{} ms</title></rect>"#,
+                r#"<rect x="{:.1}" y="{top}" width="{w:.1}" height="{h}" fill="{}"><title>{}</title></rect>"#,
                 x(s.from_ms),
-                y + 2.0,
-                lane_h - 6.0,
                 color(&s.state),
-                esc(&s.state),
-                s.from_ms,
-                to
+                esc(&title)
             );
         }
     }
@@ -82,7 +94,20 @@ pub fn render(r: &RunResult) -> String {
     }
     let legend_y = axis_y + 26.0;
     let mut lx = label_w;
-    for state in ["CLOSED", "DEGRADED", "HALF_OPEN", "OPEN", "cooldown", "locked", "banned"] {
+    for state in [
+        "CLOSED",
+        "DEGRADED",
+        "HALF_OPEN",
+        "OPEN",
+        "active",
+        "cooldown",
+        "locked",
+        "banned",
+        "call",
+        "2xx",
+        "4xx",
+        "5xx",
+    ] {
         let _ = writeln!(
             out,
             r#"<rect x="{lx}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{legend_y}">{state}</text>"#,

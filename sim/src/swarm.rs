@@ -6,7 +6,9 @@
 use ferroute_core::strategy::Strategy;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use scenarios::scenario::{Expect, Fault, FaultAction, ResponseExpect, Scenario, StateExpect, UpstreamSpec, Workload};
+use scenarios::scenario::{
+    Abort, Expect, Fault, FaultAction, ResponseExpect, Scenario, StateExpect, UpstreamSpec, Workload,
+};
 use scenarios::{Behaviour, Mode, Script, Window};
 use std::collections::BTreeMap;
 
@@ -121,6 +123,14 @@ pub fn generate(seed: u64) -> Scenario {
             tools: 0,
             path: None,
             body: None,
+            // Some groups are impatient clients: expected aborts, which must never count.
+            abort: match rng.random_range(0..8u32) {
+                0 => Some(Abort::BeforeHeaders),
+                1 => Some(Abort::AfterFirstChunk),
+                2 => Some(Abort::Random),
+                _ => None,
+            },
+            abort_after_ms: rng.random_range(50..3_000),
         });
     }
     for p in 0..providers {
@@ -156,6 +166,8 @@ pub fn generate(seed: u64) -> Scenario {
             tools: 0,
             path: None,
             body: None,
+            abort: None,
+            abort_after_ms: 0,
         });
         responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
     }

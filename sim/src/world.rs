@@ -14,7 +14,7 @@ use proxy::gateway::{Gateway, Observed, Tap};
 use proxy::{Persistence, build_observed};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use scenarios::scenario::{FaultAction, Scenario, Workload};
+use scenarios::scenario::{Abort, FaultAction, Scenario, Workload};
 use scenarios::{ScriptedUpstream, serve_upstream};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -85,6 +85,19 @@ pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// SplitMix64: a well-mixed number from a seed (abort moments per request).
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// FNV-1a of a client name (stable across runs and platforms).
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x1000_0000_01b3))
+}
+
 pub(crate) fn sim_now() -> Duration {
     turmoil::sim_elapsed().unwrap_or_default()
 }
@@ -97,6 +110,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let turmoil_seed = rng.next_u64();
     let proxy_seed = rng.next_u64();
+    let abort_seed = rng.next_u64();
 
     if let Err(problem) = check_hosts(scenario) {
         lock(&shared).rec.violate(0, format!("the scenario is invalid: {problem}"));
@@ -228,20 +242,33 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                         issued,
                         format!("request {client}#{my_seq} {}{}", w.model, if w.stream { " stream" } else { "" }),
                     );
-                    let outcome = request(&http, &w, client.clone(), my_seq, issued).await;
+                    let give_up = match w.abort {
+                        Some(Abort::BeforeHeaders) => Some(Duration::from_millis(w.abort_after_ms)),
+                        Some(Abort::Random) => {
+                            let x = splitmix(abort_seed ^ name_hash(&client) ^ my_seq);
+                            Some(Duration::from_millis(x % w.abort_after_ms.max(1)))
+                        }
+                        _ => None,
+                    };
+                    let outcome = request(&http, &w, client.clone(), my_seq, issued, give_up).await;
                     let mut s = lock(&shared);
-                    let line = format!(
-                        "response {}#{} status={:?} code={:?} retry_after={:?} connection={:?} done={}",
-                        outcome.client,
-                        outcome.seq,
-                        outcome.status,
-                        outcome.code,
-                        outcome.retry_after_s,
-                        outcome.connection,
-                        outcome.done
-                    );
+                    let line = format!("response {}", outcome.describe(w.stream));
+                    let state = match (outcome.aborted, outcome.status) {
+                        (true, _) => "gave up",
+                        (_, Some(200..=299)) => "2xx",
+                        (_, Some(400..=499)) => "4xx",
+                        (_, Some(_)) => "5xx",
+                        (_, None) => "no answer",
+                    };
+                    s.rec.spans.push(crate::check::Span {
+                        lane: format!("client:{}", outcome.client),
+                        state: state.into(),
+                        from_ms: outcome.issued_ms,
+                        to_ms: Some(outcome.done_ms),
+                        note: line.clone(),
+                    });
                     s.rec.note(outcome.done_ms, line);
-                    if outcome.status.is_none() {
+                    if outcome.status.is_none() && !outcome.aborted {
                         let what = format!(
                             "request {}#{} got no HTTP response: {}",
                             outcome.client,
@@ -577,6 +604,8 @@ pub fn bench_scenario() -> Scenario {
             tools: 0,
             path: None,
             body: None,
+            abort: None,
+            abort_after_ms: 0,
         }],
         faults: Vec::new(),
         expect: scenarios::scenario::Expect::default(),

@@ -162,6 +162,12 @@ pub struct Engine {
     ids: BTreeMap<String, Arc<str>>,
 }
 
+/// The time from `wall_ms` (Unix ms) to the next midnight UTC (a full day at midnight).
+pub fn until_utc_midnight(wall_ms: u64) -> Duration {
+    const DAY_MS: u64 = 86_400_000;
+    Duration::from_millis(DAY_MS - wall_ms % DAY_MS)
+}
+
 /// Cap on undrained events.
 const EVENT_CAP: usize = 4096;
 
@@ -451,7 +457,8 @@ impl Engine {
                     body,
                     backoff_level: level,
                     wall_now_ms,
-                    until_daily_reset: None,
+                    // A daily quota resets at midnight; without an operator clock, UTC's.
+                    until_daily_reset: wall_now_ms.map(until_utc_midnight),
                 };
                 let d = classify(&input, self.derived.profile(c.class), &self.settings.error_rules);
                 self.apply(now, c, ticket, &d, body, same_provider_next, disable_cooling);
