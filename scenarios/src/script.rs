@@ -162,6 +162,10 @@ pub enum Behaviour {
         /// Break the connection after the events instead of ending cleanly.
         #[serde(default)]
         reset_after: bool,
+        /// Write the stream in pieces of this many bytes, so that events and lines are split
+        /// across network writes at arbitrary bytes (every piece of an event is sent at once).
+        #[serde(default)]
+        chunk_bytes: Option<usize>,
     },
     /// One character of `text` every `chunk_ms` as a stream.
     SlowDrip {

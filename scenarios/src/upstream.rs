@@ -174,8 +174,15 @@ fn full(status: u16, headers: &BTreeMap<String, String>, body: String) -> Respon
 }
 
 fn sse_response(events: Vec<SseEvent>, reset_after: bool) -> Response<UpBody> {
+    sse_pieces(events, reset_after, None)
+}
+
+/// The stream as written: whole events, or (`pieces`) runs of that many bytes, the tail of an
+/// event waiting for the next event's start.
+fn sse_pieces(events: Vec<SseEvent>, reset_after: bool, pieces: Option<usize>) -> Response<UpBody> {
     let (mut tx, body) = Channel::<Bytes, io::Error>::new(4);
     tokio::spawn(async move {
+        let mut carry: Vec<u8> = Vec::new();
         for e in events {
             if e.after_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(e.after_ms)).await;
@@ -185,9 +192,24 @@ fn sse_response(events: Vec<SseEvent>, reset_after: bool) -> Response<UpBody> {
                 frame.push_str(&format!("event: {name}\n"));
             }
             frame.push_str(&format!("data: {}\n\n", e.data));
-            if tx.send_data(Bytes::from(frame)).await.is_err() {
-                return; // the client went away
+            let out: Vec<Bytes> = match pieces {
+                None => vec![Bytes::from(frame)],
+                Some(n) => {
+                    carry.extend_from_slice(frame.as_bytes());
+                    let n = n.max(1);
+                    let whole = carry.len() / n * n;
+                    let ready: Vec<u8> = carry.drain(..whole).collect();
+                    ready.chunks(n).map(Bytes::copy_from_slice).collect()
+                }
+            };
+            for b in out {
+                if tx.send_data(b).await.is_err() {
+                    return; // the client went away
+                }
             }
+        }
+        if !carry.is_empty() && tx.send_data(Bytes::from(carry)).await.is_err() {
+            return;
         }
         if reset_after {
             tx.abort(io::Error::new(io::ErrorKind::ConnectionReset, "scripted reset mid-stream"));
@@ -444,9 +466,9 @@ async fn play_one(
                 (None, false) => Ok(full(200, &BTreeMap::new(), echo_json(&text, &model, anthropic))),
             }
         }
-        Behaviour::Stream { latency_ms, events, reset_after } => {
+        Behaviour::Stream { latency_ms, events, reset_after, chunk_bytes } => {
             sleep(latency_ms).await;
-            Ok(sse_response(events, reset_after))
+            Ok(sse_pieces(events, reset_after, chunk_bytes))
         }
         Behaviour::SlowDrip { text, chunk_ms } => {
             let mut events: Vec<SseEvent> = text.chars().map(|c| SseEvent::text(chunk_ms, &c.to_string())).collect();

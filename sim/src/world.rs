@@ -461,17 +461,37 @@ fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
             s.rec.violate(t, format!("request {c}#{q} got {n} responses (expected exactly one)"));
         }
     }
-    // Every permit returned.
+    // Every permit returned, every attempt recorded: nothing counts as in flight, no probe slot
+    // is held.
+    let mut leaks: Vec<String> = Vec::new();
     if let Some(h) = &s.gateway {
-        let busy: Vec<String> =
-            h.gw.queue_depths()
-                .into_iter()
-                .filter(|(_, q, r)| *q > 0 || *r > 0)
-                .map(|(k, q, r)| format!("{k} ({q} queued, {r} running)"))
-                .collect();
+        let gw = &h.gw;
+        let busy: Vec<String> = gw
+            .queue_depths()
+            .into_iter()
+            .filter(|(_, q, r)| *q > 0 || *r > 0)
+            .map(|(k, q, r)| format!("{k} ({q} queued, {r} running)"))
+            .collect();
         if !busy.is_empty() {
-            s.rec.violate(t, format!("permits not returned at the end: {}", busy.join(", ")));
+            leaks.push(format!("permits not returned at the end: {}", busy.join(", ")));
         }
+        let held: Vec<String> = gw.with_engine(|e| {
+            let conns = gw.config.connections.iter().filter_map(|c| {
+                let n = e.in_flight(&c.id);
+                (n > 0).then(|| format!("{} has {n} attempts in flight", c.id))
+            });
+            let probes = gw.config.providers.iter().filter_map(|p| {
+                let n = e.breakers().get(&p.id).map_or(0, |b| b.probes_in_flight());
+                (n > 0).then(|| format!("{} holds {n} probe slots", p.id))
+            });
+            conns.chain(probes).collect()
+        });
+        if !held.is_empty() {
+            leaks.push(format!("attempts never recorded: {}", held.join(", ")));
+        }
+    }
+    for l in leaks {
+        s.rec.violate(t, l);
     }
     let (started, finalised) = s.rec.streams;
     if started != finalised {
