@@ -57,9 +57,7 @@ pub fn from_headers(headers: &[(&str, &str)], wall_now_ms: Option<u64>) -> Optio
             parse_go_duration(value.trim())
         } else if n.starts_with("anthropic-ratelimit-") && n.ends_with("-reset") && !n.contains("-slow-") {
             // (The low-priority lane's own budget reset says nothing about the account's window.)
-            parse_rfc3339_ms(value.trim())
-                .and_then(|t| until(t, wall_now_ms))
-                .or_else(|| parse_epoch(value.trim(), wall_now_ms))
+            parse_instant_ms(value).and_then(|t| until(t, wall_now_ms))
         } else {
             None
         };
@@ -87,9 +85,28 @@ pub fn parse_retry_after(v: &str, wall_now_ms: Option<u64>) -> Option<Duration> 
 
 /// `x-ratelimit-reset`: epoch seconds, or epoch milliseconds when above 1e10.
 fn parse_epoch(v: &str, wall_now_ms: Option<u64>) -> Option<Duration> {
-    let n: u64 = v.parse().ok()?;
-    let at_ms = if n > 10_000_000_000 { n } else { n.checked_mul(1000)? };
-    until(at_ms, wall_now_ms)
+    until(epoch_ms(v.parse().ok()?)?, wall_now_ms)
+}
+
+/// Epoch seconds, or epoch milliseconds when above 1e10, as Unix ms.
+fn epoch_ms(n: u64) -> Option<u64> {
+    if n > 10_000_000_000 { Some(n) } else { n.checked_mul(1000) }
+}
+
+/// An instant written as epoch seconds, epoch milliseconds (above 1e10) or RFC 3339, as Unix
+/// ms (the reset headers and bodies that name a moment rather than a wait).
+pub fn parse_instant_ms(v: &str) -> Option<u64> {
+    let v = v.trim();
+    match v.parse::<u64>() {
+        Ok(n) => epoch_ms(n),
+        Err(_) => parse_rfc3339_ms(v),
+    }
+}
+
+/// The time from `wall_ms` (Unix ms) to the next midnight UTC (a full day at midnight).
+pub fn until_midnight_utc(wall_ms: u64) -> Duration {
+    const DAY_MS: u64 = 86_400_000;
+    Duration::from_millis(DAY_MS - wall_ms % DAY_MS)
 }
 
 fn until(at_ms: u64, wall_now_ms: Option<u64>) -> Option<Duration> {

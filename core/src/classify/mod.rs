@@ -389,8 +389,14 @@ impl Cx<'_> {
         }
         // g. A daily quota: until the daily reset.
         if use_quota_signal && text::is_daily_quota_exhausted(&self.sig) {
-            let wait =
-                self.input.until_daily_reset.unwrap_or(Duration::from_secs(86_400)).min(Duration::from_secs(86_400));
+            // Without the shell's calendar, the quota resets at midnight UTC (a day if the wall
+            // clock is unknown too).
+            let wait = self
+                .input
+                .until_daily_reset
+                .or_else(|| self.input.wall_now_ms.map(crate::hint::until_midnight_utc))
+                .unwrap_or(Duration::from_secs(86_400))
+                .min(Duration::from_secs(86_400));
             let mut d = self.fixed(Reason::QuotaExhausted, wait);
             d.client_retry_after = Some(wait);
             return Some(d);

@@ -287,11 +287,12 @@ fn refusals_follow_the_exclusions() {
 
 #[test]
 fn a_daily_quota_cools_until_midnight_utc() {
-    assert_eq!(until_utc_midnight(0), Duration::from_secs(86_400));
-    assert_eq!(until_utc_midnight(86_400_000 - 1), Duration::from_millis(1));
+    use crate::hint::until_midnight_utc;
+    assert_eq!(until_midnight_utc(0), Duration::from_secs(86_400));
+    assert_eq!(until_midnight_utc(86_400_000 - 1), Duration::from_millis(1));
     // 2026-05-28T20:26:40Z: 3 h 33 min 20 s to midnight.
     let wall = 1_780_000_000_000;
-    assert_eq!(until_utc_midnight(wall), Duration::from_secs(12_800));
+    assert_eq!(until_midnight_utc(wall), Duration::from_secs(12_800));
     let now = t0();
     let mut e = Engine::new(ResilienceSettings::default(), 1);
     let c = cands(&["k1"]);

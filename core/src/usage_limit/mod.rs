@@ -18,7 +18,7 @@ mod tests;
 pub use lane::{LaneChange, LaneEnd, LaneRequest, LaneView, Lanes, Seen, Step};
 pub use reset::{ResetOutcome, UsageVerdict};
 
-use crate::hint::{header, parse_rfc3339_ms};
+use crate::hint::{header, parse_instant_ms};
 use std::time::Duration;
 
 /// The request header that puts a request into the low-priority lane.
@@ -117,12 +117,12 @@ impl Unified {
         Unified {
             rejected: get("status").is_some_and(|v| v.eq_ignore_ascii_case("rejected")),
             offer: get("slow-offer").is_some_and(|v| v.eq_ignore_ascii_case("treatment")),
-            reset_ms: get("reset").and_then(parse_instant),
+            reset_ms: get("reset").and_then(parse_instant_ms),
             slow_status: get("slow-status").map(SlowStatus::parse),
             slow_retry_after: get("slow-retry-after").and_then(parse_seconds),
             slow_max_wait: get("slow-max-wait").and_then(parse_seconds),
             overage_in_use: get("overage-in-use").is_some_and(|v| v.eq_ignore_ascii_case("true")),
-            budget_reset_ms: get("slow-budget-reset").and_then(parse_instant),
+            budget_reset_ms: get("slow-budget-reset").and_then(parse_instant_ms),
         }
     }
 
@@ -130,15 +130,6 @@ impl Unified {
     pub fn is_trigger(&self, status: u16) -> bool {
         status == 429 && self.rejected
     }
-}
-
-/// An instant as Unix seconds, Unix milliseconds (above 1e10) or RFC 3339.
-pub fn parse_instant(v: &str) -> Option<u64> {
-    let v = v.trim();
-    if let Ok(n) = v.parse::<u64>() {
-        return if n > 10_000_000_000 { Some(n) } else { n.checked_mul(1000) };
-    }
-    parse_rfc3339_ms(v)
 }
 
 /// Non-negative seconds (fractions allowed), at most a day.

@@ -3,7 +3,8 @@
 //! available, and reports the outcome; this module reads the two bodies and says how long the
 //! next try is held back.
 
-use super::{parse_instant, until};
+use super::until;
+use crate::hint::parse_instant_ms;
 use std::time::Duration;
 
 /// The reset program's name in both bodies.
@@ -100,8 +101,8 @@ impl ResetOutcome {
 
 fn instant_of(v: Option<&serde_json::Value>) -> Option<u64> {
     match v? {
-        serde_json::Value::String(s) => parse_instant(s),
-        serde_json::Value::Number(n) => n.as_u64().and_then(|n| parse_instant(&n.to_string())),
+        serde_json::Value::String(s) => parse_instant_ms(s),
+        serde_json::Value::Number(n) => n.as_u64().and_then(|n| parse_instant_ms(&n.to_string())),
         _ => None,
     }
 }
