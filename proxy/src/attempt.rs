@@ -39,7 +39,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
         let cand = gw.candidate(&self.target);
         let now = gw.clock.now();
         let wall = gw.clock.wall_ms(now);
-        let kind = crate::gateway::OutcomeKind::of(&outcome);
+        let kind = outcome.kind();
         gw.observe(now, crate::gateway::Observed::Outcome { provider: &provider.id, connection: &connection.id, kind });
         let d = gw.with_engine(|e| {
             e.record(

@@ -7,7 +7,7 @@ use crate::metrics::Metrics;
 use crate::store::{PinWrite, Store, StoreError, age_breaker, age_connection};
 use bytes::Bytes;
 use ferroute_core::admission::{AdmissionQueue, Enter, FailMode, Permit, QueueLimits, QueueRejection, WaitExpiry};
-use ferroute_core::engine::{Candidate, Engine, Event, Strategy, Traits};
+use ferroute_core::engine::{Candidate, Engine, Event, OutcomeKind, Strategy, Traits};
 use ferroute_core::session::PinEvent;
 use ferroute_core::usage_limit::LaneChange;
 use http_body_util::Full;
@@ -68,43 +68,6 @@ pub enum Observed<'a> {
     StreamStarted,
     /// A stream relay finalised (must happen exactly once per stream).
     StreamFinalized,
-}
-
-/// An attempt's outcome by its raw status or error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutcomeKind {
-    /// A success.
-    Success,
-    /// An upstream error status other than 408 and 5xx.
-    AccountLevel,
-    /// 408, 5xx, a transport failure, or a stream too slow.
-    ProviderLevel,
-    /// The client went away or a local limit refused it: says nothing of the upstream.
-    Neutral,
-}
-
-impl OutcomeKind {
-    /// The kind of an attempt outcome.
-    pub fn of(outcome: &ferroute_core::engine::AttemptOutcome<'_>) -> OutcomeKind {
-        use ferroute_core::engine::AttemptOutcome as A;
-        match outcome {
-            A::Transport | A::TooSlow => OutcomeKind::ProviderLevel,
-            A::Upstream { status, .. } if *status == 408 || *status >= 500 => OutcomeKind::ProviderLevel,
-            A::Upstream { .. } => OutcomeKind::AccountLevel,
-            A::Success => OutcomeKind::Success,
-            A::Neutral => OutcomeKind::Neutral,
-        }
-    }
-
-    /// `success`, `account-level`, `provider-level` or `neutral`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OutcomeKind::Success => "success",
-            OutcomeKind::AccountLevel => "account-level",
-            OutcomeKind::ProviderLevel => "provider-level",
-            OutcomeKind::Neutral => "neutral",
-        }
-    }
 }
 
 /// An observer of the gateway; called synchronously, never with a lock held.
@@ -213,11 +176,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         // M14: a lease whose key may no longer use its connection (the key, the connection or
         // the permission left the config) ends as INVALIDATED; its fence refuses from now on.
         let allowed = |key_id: &str, connection: &str| {
-            self.config.keys.iter().any(|k| {
-                k.id == key_id
-                    && k.permissions.iter().any(|p| p == ferroute_core::session::lease::PERMISSION)
-                    && k.allowed_connections.iter().any(|c| c == connection)
-            }) && self.config.connections.iter().any(|c| c.id == connection)
+            self.config.keys.iter().any(|k| k.id == key_id && k.may_lease_connection(connection))
+                && self.config.connections.iter().any(|c| c.id == connection)
         };
         let invalidated = store.invalidate_leases(&allowed, wall)?;
         if invalidated > 0 {

@@ -3,8 +3,9 @@
 
 use ferroute_core::breaker::TransitionReason;
 use ferroute_core::engine::Event;
+use ferroute_core::engine::OutcomeKind;
 use ferroute_core::types::TerminalState;
-use proxy::gateway::{Observed, OutcomeKind};
+use proxy::gateway::Observed;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 

@@ -32,27 +32,7 @@ pub use crate::exclusion::{Exclusion, ExclusionReason, Refusal, Selection, refus
 pub use crate::strategy::Strategy;
 pub use candidate::{Candidate, Route, Traits};
 
-/// How an attempt ended.
-#[derive(Debug, Clone, Copy)]
-pub enum AttemptOutcome<'a> {
-    /// The upstream answered well (for a stream: it finished).
-    Success,
-    /// The upstream answered with an error status.
-    Upstream {
-        /// Status.
-        status: u16,
-        /// Headers.
-        headers: &'a [(&'a str, &'a str)],
-        /// Body text.
-        body: &'a str,
-    },
-    /// The upstream could not be reached or the connection broke before a response.
-    Transport,
-    /// The stream was aborted by the watchdog: the provider was too slow (provider-level).
-    TooSlow,
-    /// The client went away, or a local limit refused it: says nothing about the upstream.
-    Neutral,
-}
+pub use outcome::{AttemptOutcome, OutcomeKind};
 
 /// A state change anywhere in the engine, as the shell logs it and the simulation checks it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,12 +140,6 @@ pub struct Engine {
     /// Interned ids, so that events name providers, connections and models without
     /// allocating on every failure.
     ids: BTreeMap<String, Arc<str>>,
-}
-
-/// The time from `wall_ms` (Unix ms) to the next midnight UTC (a full day at midnight).
-pub fn until_utc_midnight(wall_ms: u64) -> Duration {
-    const DAY_MS: u64 = 86_400_000;
-    Duration::from_millis(DAY_MS - wall_ms % DAY_MS)
 }
 
 /// Cap on undrained events.
@@ -457,8 +431,7 @@ impl Engine {
                     body,
                     backoff_level: level,
                     wall_now_ms,
-                    // A daily quota resets at midnight; without an operator clock, UTC's.
-                    until_daily_reset: wall_now_ms.map(until_utc_midnight),
+                    until_daily_reset: None,
                 };
                 let d = classify(&input, self.derived.profile(c.class), &self.settings.error_rules);
                 self.apply(now, c, ticket, &d, body, same_provider_next, disable_cooling);
@@ -565,6 +538,7 @@ impl Engine {
 }
 
 mod candidate;
+mod outcome;
 mod route;
 mod usage;
 
