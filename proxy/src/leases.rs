@@ -46,7 +46,7 @@ pub fn active<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> u6
 fn lease_key(config: &crate::config::Config, headers: &HeaderMap) -> Result<KeyConfig, LeaseError> {
     match auth::client(config, headers, false) {
         Ok(Client::Key(k)) => {
-            if !k.permissions.iter().any(|p| p == PERMISSION) {
+            if !k.may_lease() {
                 Err(LeaseError::ScopeRequired)
             } else if k.allowed_connections.is_empty() {
                 Err(LeaseError::KeyConfigurationInvalid)
@@ -133,7 +133,9 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
     }
     let owner = owner(req.headers()).map_err(refuse)?;
     let timeout = std::time::Duration::from_millis(gw.config.server.body_read_timeout_ms);
-    let (_, body) = read_json(req, 64 * 1024, timeout).await.map_err(|_| refuse(LeaseError::ActionInvalid))?;
+    // A body that is too large, late or not JSON gets the reader's own error (413, 408, 400
+    // naming the problem), not a guess at the action.
+    let (_, body) = read_json(req, 64 * 1024, timeout).await.map_err(|e| e.with("type", "lease_error".into()))?;
     let Some(store) = gw.store.as_ref() else { return Err(refuse(LeaseError::ServiceUnavailable)) };
     let now_ms = gw.clock.wall_now_ms();
     let ok = |v: Value| json_response(200, v.to_string());
@@ -211,7 +213,7 @@ fn eligible<C: Connect + Clone + Send + Sync + 'static>(
     let mut pool: Vec<usize> = Vec::new();
     for t in &plan.targets {
         let id = &gw.config.connections[t.connection].id;
-        if key.allowed_connections.iter().any(|a| a == id) && !pool.contains(&t.connection) {
+        if key.may_lease_connection(id) && !pool.contains(&t.connection) {
             pool.push(t.connection);
         }
     }

@@ -209,6 +209,21 @@ async fn every_bad_lease_request_gets_its_code_and_changes_nothing() {
             "LEASE_CONTENT_TYPE_REQUIRED",
         ),
         (lease(&gw, "team-key-0001", &me, serde_json::json!({"action": "steal"})).await, 400, "LEASE_ACTION_INVALID"),
+        (
+            send(
+                "POST",
+                &url,
+                &[
+                    ("content-type", "application/json"),
+                    ("authorization", "Bearer team-key-0001"),
+                    ("x-ferroute-lease-owner", me.as_str()),
+                ],
+                r#"{"action": "acquire", "model": "#,
+            )
+            .await,
+            400,
+            "invalid_json",
+        ),
         (lease(&gw, "team-key-0001", "vlo_short", acquire.clone()).await, 400, "LEASE_CONTEXT_INVALID"),
         (
             lease(&gw, "team-key-0001", &me, serde_json::json!({"action": "acquire", "model": ""})).await,

@@ -85,6 +85,19 @@ pub struct KeyConfig {
     pub allowed_connections: Vec<String>,
 }
 
+impl KeyConfig {
+    /// Whether the key holds the permission exclusive leases need (M14).
+    pub fn may_lease(&self) -> bool {
+        self.permissions.iter().any(|p| p == ferroute_core::session::lease::PERMISSION)
+    }
+
+    /// Whether the key may lease `connection`: the permission, and the connection named in
+    /// `allowed_connections` (leases need an explicit list).
+    pub fn may_lease_connection(&self, connection: &str) -> bool {
+        self.may_lease() && self.allowed_connections.iter().any(|c| c == connection)
+    }
+}
+
 /// The wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
