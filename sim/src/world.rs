@@ -6,13 +6,14 @@ use crate::client::request;
 use crate::net::{SimConnector, SimListener};
 use bytes::Bytes;
 use ferroute_core::breaker::BreakerState;
+use ferroute_core::strategy::stable_hash;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use proxy::config::Config;
 use proxy::gateway::{Gateway, Observed, Tap};
 use proxy::{Persistence, build_observed};
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use scenarios::scenario::{Abort, FaultAction, Scenario, Workload};
 use scenarios::{ScriptedUpstream, serve_upstream};
@@ -27,7 +28,7 @@ pub const UPSTREAM_PORT: u16 = 9000;
 /// The client key simulated clients send.
 pub const SIM_CLIENT_KEY: &str = "sim-client-key";
 /// The wall clock the gateway believes it started at (fixed, for determinism).
-pub const WALL_START_MS: u64 = 1_780_000_000_000;
+pub const WALL_START_MS: u64 = scenarios::upstream::DEFAULT_WALL_START_MS;
 
 /// What a run produced.
 #[derive(Debug)]
@@ -83,19 +84,6 @@ fn lock(s: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 
 pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// SplitMix64: a well-mixed number from a seed (abort moments per request).
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-/// FNV-1a of a client name (stable across runs and platforms).
-fn name_hash(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x1000_0000_01b3))
 }
 
 pub(crate) fn sim_now() -> Duration {
@@ -245,8 +233,10 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                     let give_up = match w.abort {
                         Some(Abort::BeforeHeaders) => Some(Duration::from_millis(w.abort_after_ms)),
                         Some(Abort::Random) => {
-                            let x = splitmix(abort_seed ^ name_hash(&client) ^ my_seq);
-                            Some(Duration::from_millis(x % w.abort_after_ms.max(1)))
+                            // Its own stream of the run's seed per client and request.
+                            let seed = abort_seed ^ stable_hash(client.as_bytes()) ^ my_seq;
+                            let at = ChaCha8Rng::seed_from_u64(seed).random_range(0..w.abort_after_ms.max(1));
+                            Some(Duration::from_millis(at))
                         }
                         _ => None,
                     };

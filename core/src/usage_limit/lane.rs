@@ -255,11 +255,6 @@ impl Lanes {
         self.conns.get(connection).and_then(|c| later(c.reset_next, now))
     }
 
-    /// Connections with any state, by id.
-    pub fn connections(&self) -> impl Iterator<Item = &str> {
-        self.conns.keys().map(String::as_str)
-    }
-
     /// The next change, oldest first.
     pub fn poll_change(&mut self) -> Option<(String, LaneChange)> {
         self.events.pop_front()
@@ -391,17 +386,12 @@ impl Lanes {
             self.end(connection, now, why, h, wall_ms);
             return None;
         }
-        if let Some(c) = self.conns.get_mut(connection)
-            && let Some(active) = c.active.as_mut()
-        {
-            if active.reset_ms.is_none() {
-                active.reset_ms = h.reset_ms;
-            }
-            if let Some(mw) = h.slow_max_wait {
-                active.max_wait = clamp(mw, MAX_WAIT_BOUNDS);
-            }
+        // The lane learns its window if the offer did not name it, and the latest maximum wait.
+        let max_wait = h.slow_max_wait.map_or(a.max_wait, |mw| clamp(mw, MAX_WAIT_BOUNDS));
+        if let Some(active) = self.conns.get_mut(connection).and_then(|c| c.active.as_mut()) {
+            active.reset_ms = active.reset_ms.or(h.reset_ms);
+            active.max_wait = max_wait;
         }
-        let max_wait = self.conns.get(connection).and_then(|c| c.active).map_or(a.max_wait, |x| x.max_wait);
         let busy = status == 529 || (status == 429 && h.slow_status == Some(SlowStatus::SlotBusy));
         if req.slow && busy {
             let wait = jittered(clamp(h.slow_retry_after.unwrap_or(DEFAULT_SLOW_RETRY), SLOW_RETRY_BOUNDS), rng);

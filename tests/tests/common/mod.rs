@@ -137,7 +137,7 @@ pub async fn start(config: Config, persistence: Persistence) -> Running {
     let addr = listener.local_addr().expect("addr");
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
-    let gw = build(config, http, persistence, 1_780_000_000_000, 7).expect("gateway");
+    let gw = build(config, http, persistence, scenarios::upstream::DEFAULT_WALL_START_MS, 7).expect("gateway");
     let (tx, rx) = oneshot::channel::<()>();
     let g = Arc::clone(&gw);
     let task = tokio::spawn(async move {
