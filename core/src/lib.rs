@@ -24,6 +24,7 @@ pub mod restate;
 pub mod rules;
 pub mod session;
 pub mod settings;
+pub mod sse;
 pub mod strategy;
 pub mod tried;
 pub mod types;

@@ -8,6 +8,7 @@ use crate::translate::ClientApi;
 use crate::translate::stream::{Event, Translate, error_event, write};
 use bytes::Bytes;
 use ferroute_core::engine::AttemptOutcome;
+use ferroute_core::sse::{MAX_EVENT_BYTES, SseEvent, SseParser};
 use ferroute_core::watchdog::{STREAM_THROUGHPUT_TOO_LOW, Verdict, Watchdog, classify_sse};
 use http::{HeaderValue, Response};
 use http_body_util::{BodyExt, channel::Channel};
@@ -81,60 +82,6 @@ impl<C: Connect + Clone + Send + Sync + 'static> Drop for Finalizer<C> {
     }
 }
 
-/// Splits a byte stream into SSE events (`event:` name, joined `data:`).
-#[derive(Default)]
-pub struct SseSplitter {
-    buf: Vec<u8>,
-    overflowed: bool,
-}
-
-/// A pending event larger than this is dropped from the watchdog's view (the bytes still
-/// reach the client).
-const MAX_PENDING: usize = 1 << 20;
-
-impl SseSplitter {
-    /// Feeds bytes; returns the events completed by them.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<(Option<String>, String)> {
-        self.buf.extend_from_slice(chunk);
-        let mut out = Vec::new();
-        loop {
-            let lf = find(&self.buf, b"\n\n").map(|i| (i, 2));
-            let crlf = find(&self.buf, b"\r\n\r\n").map(|i| (i, 4));
-            let Some((end, len)) = [lf, crlf].into_iter().flatten().min_by_key(|(i, _)| *i) else { break };
-            let raw: Vec<u8> = self.buf.drain(..end + len).collect();
-            let text = String::from_utf8_lossy(&raw[..end]);
-            let mut name = None;
-            let mut data = Vec::new();
-            for line in text.lines() {
-                if let Some(v) = line.strip_prefix("event:") {
-                    name = Some(v.trim().to_owned());
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push(v.strip_prefix(' ').unwrap_or(v).to_owned());
-                }
-            }
-            if name.is_some() || !data.is_empty() {
-                out.push((name, data.join("\n")));
-            }
-        }
-        if self.buf.len() > MAX_PENDING {
-            self.buf.clear();
-            self.overflowed = true;
-        }
-        out
-    }
-}
-
-impl SseSplitter {
-    /// Whether an event outgrew the pending limit and was dropped from this view.
-    pub fn overflowed(&self) -> bool {
-        self.overflowed
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 /// Where and how a stream goes to the client.
 pub struct Relay {
     /// The client's API (for error events when nothing is translated).
@@ -155,11 +102,18 @@ struct Downstream {
 }
 
 impl Downstream {
-    /// What the client gets for `raw` upstream bytes that completed `parsed` events.
-    fn data(&mut self, raw: Bytes, parsed: &[(Option<String>, String)]) -> Option<Bytes> {
-        let Some(t) = self.translator.as_mut() else { return Some(raw) };
-        for (name, data) in parsed {
-            t.push(name.as_deref(), data, &mut self.events);
+    /// Takes one upstream event (translated, when the formats differ).
+    fn event(&mut self, ev: SseEvent<'_>) {
+        if let Some(t) = self.translator.as_mut() {
+            t.push(ev.name, ev.data, &mut self.events);
+        }
+    }
+
+    /// What the client gets for `raw` upstream bytes: the bytes themselves when passed through
+    /// (the same `Bytes`, never copied), else the events they translated to.
+    fn data(&mut self, raw: Bytes) -> Option<Bytes> {
+        if self.translator.is_none() {
+            return Some(raw);
         }
         self.take()
     }
@@ -227,7 +181,10 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
     let gw = std::sync::Arc::clone(&fin.attempt.gw);
     let cfg = gw.config.resilience.watchdog_config();
     let mut watchdog = Watchdog::new(cfg, gw.clock.now());
-    let mut splitter = SseSplitter::default();
+    let mut parser = match down.translator {
+        Some(_) => SseParser::default().halting(),
+        None => SseParser::default(),
+    };
     // The watchdog judges the stream as its events arrive (as the reference does): a timer
     // would catch the window between two evenly spaced chunks and abort a stream running at
     // exactly the minimum rate. A silent upstream is the execution budget's job: a stream that
@@ -257,23 +214,22 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
             Some(Ok(frame)) => {
                 let Ok(data) = frame.into_data() else { continue };
                 let mut abort = false;
-                let events = splitter.push(&data);
-                for (name, payload) in &events {
-                    if let Verdict::Abort { .. } =
-                        watchdog.observe(gw.clock.now(), classify_sse(name.as_deref(), payload))
-                    {
+                let now = gw.clock.now();
+                parser.feed(&data, |ev| {
+                    if let Verdict::Abort { .. } = watchdog.observe(now, classify_sse(ev.name, ev.data)) {
                         abort = true;
                     }
-                }
-                if let Some(out) = down.data(data, &events)
+                    down.event(ev);
+                });
+                if let Some(out) = down.data(data)
                     && tx.send_data(out).await.is_err()
                 {
                     break StreamEnd::ClientGone;
                 }
                 // Passed through, an oversized event still reaches the client byte for byte;
                 // translated, it would be lost: end the stream saying so instead.
-                if down.translator.is_some() && splitter.overflowed() {
-                    let msg = format!("an upstream event exceeded {MAX_PENDING} bytes and cannot be translated");
+                if down.translator.is_some() && parser.overflowed() {
+                    let msg = format!("an upstream event exceeded {MAX_EVENT_BYTES} bytes and cannot be translated");
                     if let Some(b) = down.error("upstream_event_too_large", &msg) {
                         let _ = tx.send_data(b).await;
                     }
@@ -291,31 +247,4 @@ async fn pump<C: Connect + Clone + Send + Sync + 'static>(
         }
     };
     fin.finish(end);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_event_past_the_pending_limit_is_reported() {
-        let mut s = SseSplitter::default();
-        assert!(s.push(&vec![b'x'; MAX_PENDING + 1]).is_empty());
-        assert!(s.overflowed());
-    }
-
-    #[test]
-    fn splits_events_across_chunks() {
-        let mut s = SseSplitter::default();
-        assert!(s.push(b"data: {\"a\":").is_empty());
-        let ev = s.push(b"1}\n\nevent: ping\ndata: {}\r\n\r\ndata: [DONE]\n\n");
-        assert_eq!(
-            ev,
-            vec![
-                (None, "{\"a\":1}".to_owned()),
-                (Some("ping".to_owned()), "{}".to_owned()),
-                (None, "[DONE]".to_owned())
-            ]
-        );
-    }
 }

@@ -2,9 +2,12 @@
 //! `data:` payloads, its last error event and whether it finished. The simulation's clients and
 //! the chaos suite's client read answers the same way.
 
-/// The `data:` payloads of an SSE body, in order.
+/// The `data:` payloads of an SSE body's complete events, in order (read by the same
+/// event-stream rules as the gateway reads its upstreams).
 pub fn sse_data(body: &str) -> Vec<String> {
-    body.split("\n\n").filter_map(|ev| ev.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_owned)).collect()
+    let mut out = Vec::new();
+    ferroute_core::sse::SseParser::default().feed(body.as_bytes(), |ev| out.push(ev.data.to_owned()));
+    out
 }
 
 /// `error.code` of a JSON error body, or of the last SSE event carrying one.

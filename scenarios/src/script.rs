@@ -15,6 +15,10 @@ pub struct SseEvent {
     pub event: Option<String>,
     /// The `data:` payload.
     pub data: String,
+    /// Pads the payload to exactly this many bytes: its `{pad}` is replaced by as many `x` as
+    /// that takes (for events at a size limit).
+    #[serde(default)]
+    pub pad_to: Option<usize>,
 }
 
 impl SseEvent {
@@ -24,13 +28,13 @@ impl SseEvent {
             "id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": "scripted",
             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]
         });
-        SseEvent { after_ms, event: None, data: data.to_string() }
+        SseEvent { after_ms, event: None, data: data.to_string(), pad_to: None }
     }
 
     /// A keep-alive comment-like heartbeat (an empty-delta chunk).
     pub fn heartbeat(after_ms: u64) -> Self {
         let data = serde_json::json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "choices": []});
-        SseEvent { after_ms, event: None, data: data.to_string() }
+        SseEvent { after_ms, event: None, data: data.to_string(), pad_to: None }
     }
 
     /// A tool-call delta.
@@ -39,7 +43,7 @@ impl SseEvent {
             "id": "chatcmpl-scripted", "object": "chat.completion.chunk",
             "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}}]
         });
-        SseEvent { after_ms, event: None, data: data.to_string() }
+        SseEvent { after_ms, event: None, data: data.to_string(), pad_to: None }
     }
 
     /// The last content chunk: an empty delta with a `finish_reason`.
@@ -48,20 +52,20 @@ impl SseEvent {
             "id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": "scripted",
             "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]
         });
-        SseEvent { after_ms, event: None, data: data.to_string() }
+        SseEvent { after_ms, event: None, data: data.to_string(), pad_to: None }
     }
 
     /// A usage-only chunk.
     pub fn usage(after_ms: u64) -> Self {
         let data = serde_json::json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "choices": [],
             "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}});
-        SseEvent { after_ms, event: None, data: data.to_string() }
+        SseEvent { after_ms, event: None, data: data.to_string(), pad_to: None }
     }
 
     /// An Anthropic Messages event, named after its `type`.
     pub fn anthropic(after_ms: u64, data: serde_json::Value) -> Self {
         let event = data.get("type").and_then(|t| t.as_str()).map(str::to_owned);
-        SseEvent { after_ms, event, data: data.to_string() }
+        SseEvent { after_ms, event, data: data.to_string(), pad_to: None }
     }
 
     /// An Anthropic text delta of block `index`, in the key order Anthropic writes it.
@@ -69,6 +73,7 @@ impl SseEvent {
         let text = serde_json::Value::from(text);
         SseEvent {
             after_ms,
+            pad_to: None,
             event: Some("content_block_delta".into()),
             data: format!(
                 r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"text_delta","text":{text}}}}}"#
@@ -107,9 +112,16 @@ impl SseEvent {
         events
     }
 
+    /// The payload as written: `data` with `{pad}` filled to `pad_to` bytes.
+    pub fn payload(&self) -> std::borrow::Cow<'_, str> {
+        let Some(to) = self.pad_to else { return self.data.as_str().into() };
+        let fill = to.saturating_sub(self.data.len().saturating_sub("{pad}".len()));
+        self.data.replacen("{pad}", &"x".repeat(fill), 1).into()
+    }
+
     /// The final `[DONE]`.
     pub fn done(after_ms: u64) -> Self {
-        SseEvent { after_ms, event: None, data: "[DONE]".into() }
+        SseEvent { after_ms, event: None, data: "[DONE]".into(), pad_to: None }
     }
 }
 

@@ -191,7 +191,7 @@ fn sse_pieces(events: Vec<SseEvent>, reset_after: bool, pieces: Option<usize>) -
             if let Some(name) = &e.event {
                 frame.push_str(&format!("event: {name}\n"));
             }
-            frame.push_str(&format!("data: {}\n\n", e.data));
+            frame.push_str(&format!("data: {}\n\n", e.payload()));
             let out: Vec<Bytes> = match pieces {
                 None => vec![Bytes::from(frame)],
                 Some(n) => {
@@ -356,6 +356,7 @@ fn tool_call_events(name: &str, text: &str, model: &str, chunk_ms: u64, anthropi
             data: serde_json::json!({"id":"chatcmpl-tool","object":"chat.completion.chunk","created":0,"model":model,
                 "choices":[{"index":0,"delta":delta,"finish_reason":finish}]})
             .to_string(),
+            pad_to: None,
         };
         vec![
             chunk(serde_json::json!({"role":"assistant","content":null}), serde_json::Value::Null),
