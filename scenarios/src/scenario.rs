@@ -246,6 +246,11 @@ pub struct ResponseExpect {
     /// Response headers that must be present with these values (names in lower case).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Whether the request ended as an expected abort: its client gave up (the workload's
+    /// `abort`), or a partition cut the client off from the gateway before the answer was
+    /// complete.
+    #[serde(default)]
+    pub aborted: Option<bool>,
 }
 
 /// How many responses match.

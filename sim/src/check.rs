@@ -34,11 +34,30 @@ pub struct Outcome {
     pub error: Option<String>,
     /// The gateway's own `x-ferroute-*` response headers.
     pub headers: std::collections::BTreeMap<String, String>,
-    /// The client gave up on purpose (the workload's `abort`).
+    /// An expected abort: the client gave up on purpose (the workload's `abort`), or a
+    /// partition cut it off from the gateway while it waited (`error` says which).
     pub aborted: bool,
 }
 
 impl Outcome {
+    /// A request that never got an answer, for a reason that makes it an expected abort.
+    pub fn lost(client: String, seq: u64, issued_ms: u64, done_ms: u64, why: String) -> Self {
+        Outcome {
+            client,
+            seq,
+            issued_ms,
+            done_ms,
+            status: None,
+            code: None,
+            retry_after_s: None,
+            connection: None,
+            done: false,
+            error: Some(why),
+            headers: Default::default(),
+            aborted: true,
+        }
+    }
+
     /// The answer in the gateway's words: `a#3: 503 server_error retry-after 5s via k1`,
     /// `b#0: 200 via k2, stream finished`, `c#1: no answer (connection reset)`.
     pub fn describe(&self, stream: bool) -> String {
@@ -61,7 +80,7 @@ impl Outcome {
             out.push_str(if self.done { ", stream finished" } else { ", stream unfinished" });
         }
         if self.aborted {
-            out.push_str(" (client gave up)");
+            out.push_str(&format!(" ({})", self.error.as_deref().unwrap_or("the client gave up")));
         } else if let (None, Some(e)) = (self.status, &self.error) {
             out.push_str(&format!(" ({e})"));
         }
@@ -109,8 +128,8 @@ pub struct Recorder {
     pub log: Vec<(u64, String)>,
     /// Client outcomes.
     pub outcomes: Vec<Outcome>,
-    /// Requests issued (client, seq).
-    pub issued: BTreeSet<(String, u64)>,
+    /// Requests planned (client, seq), with when each was sent (`None` until it is).
+    pub issued: BTreeMap<(String, u64), Option<u64>>,
     /// Violations, first first.
     pub violations: Vec<Violation>,
     /// Dispatches by (provider, connection).

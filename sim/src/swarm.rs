@@ -101,7 +101,8 @@ pub fn generate(seed: u64) -> Scenario {
     let mut workload = Vec::new();
     let mut faults = Vec::new();
     // Safety phase: a random mix of combo and direct requests, some streaming.
-    for g in 0..rng.random_range(2..5u64) {
+    let groups = rng.random_range(2..5u64);
+    for g in 0..groups {
         let model =
             if rng.random_bool(0.5) { "swarm".to_owned() } else { format!("p{}/m", rng.random_range(0..providers)) };
         workload.push(Workload {
@@ -145,6 +146,18 @@ pub fn generate(seed: u64) -> Scenario {
                 b: host,
             });
         }
+    }
+    // Now and then a client's own network fails: what it misses is an expected abort.
+    if rng.random_bool(0.3) {
+        let at = rng.random_range(0..SAFETY_MS / 2);
+        let client = format!("safety-{}", rng.random_range(0..groups));
+        faults.push(Fault { at_ms: at, action: FaultAction::Partition, a: "gateway".into(), b: client.clone() });
+        faults.push(Fault {
+            at_ms: at + rng.random_range(1_000..10_000),
+            action: FaultAction::Repair,
+            a: "gateway".into(),
+            b: client,
+        });
     }
     // Liveness phase: every provider is probed until the bound; the last requests must succeed.
     let check_at = SAFETY_MS + LIVENESS_BOUND_MS;

@@ -76,7 +76,19 @@ struct Shared {
     rec: Recorder,
     gateway: Option<GatewayHandle>,
     upstreams: BTreeMap<String, Arc<ScriptedUpstream>>,
+    /// When each client was partitioned from the gateway: (from, until the repair).
+    cuts: BTreeMap<String, Vec<(u64, Option<u64>)>>,
 }
+
+impl Shared {
+    /// Whether a partition cut `client` off from the gateway at some time in `from..=to`.
+    fn cut_off(&self, client: &str, from: u64, to: u64) -> bool {
+        self.cuts.get(client).is_some_and(|c| c.iter().any(|(a, b)| *a <= to && b.is_none_or(|b| b >= from)))
+    }
+}
+
+/// What a client that a partition cut off from the gateway saw: no answer, an expected abort.
+const CUT_OFF: &str = "cut off from the gateway by a partition";
 
 fn lock(s: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     s.lock().unwrap_or_else(|p| p.into_inner())
@@ -222,10 +234,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                 let (http, shared, client) = (http.clone(), Arc::clone(&shared), client_name.clone());
                 let my_seq = seq;
                 seq += 1;
-                lock(&shared).rec.issued.insert((client.clone(), my_seq));
+                lock(&shared).rec.issued.insert((client.clone(), my_seq), None);
                 tasks.push(tokio::spawn(async move {
                     tokio::time::sleep_until(start + Duration::from_millis(at)).await;
                     let issued = ms(sim_now());
+                    lock(&shared).rec.issued.insert((client.clone(), my_seq), Some(issued));
                     lock(&shared).rec.note(
                         issued,
                         format!("request {client}#{my_seq} {}{}", w.model, if w.stream { " stream" } else { "" }),
@@ -240,8 +253,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                         }
                         _ => None,
                     };
-                    let outcome = request(&http, &w, client.clone(), my_seq, issued, give_up).await;
+                    let mut outcome = request(&http, &w, client.clone(), my_seq, issued, give_up).await;
                     let mut s = lock(&shared);
+                    if outcome.status.is_none() && !outcome.aborted && s.cut_off(&client, issued, outcome.done_ms) {
+                        outcome.aborted = true;
+                        outcome.error = Some(CUT_OFF.into());
+                    }
                     let line = format!("response {}", outcome.describe(w.stream));
                     let state = match (outcome.aborted, outcome.status) {
                         (true, _) => "gave up",
@@ -296,7 +313,24 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                 FaultAction::Release => sim.release(f.a.as_str(), f.b.as_str()),
                 FaultAction::Restart => sim.bounce(f.a.as_str()),
             }
-            lock(&shared).rec.note(t, format!("fault {:?} {} {}", f.action, f.a, f.b));
+            let mut s = lock(&shared);
+            // A client on either end of a partition with the gateway: what it misses meanwhile
+            // is an expected abort, not a lost request.
+            let client = [&f.a, &f.b].into_iter().find(|h| scenario.workload.iter().any(|w| &w.client == *h));
+            if let Some(c) = client {
+                let cuts = s.cuts.entry(c.clone()).or_default();
+                match f.action {
+                    FaultAction::Partition => cuts.push((t, None)),
+                    FaultAction::Repair => {
+                        if let Some(open) = cuts.last_mut().filter(|(_, until)| until.is_none()) {
+                            open.1 = Some(t);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            s.rec.note(t, format!("fault {:?} {} {}", f.action, f.a, f.b));
+            drop(s);
             next_fault += 1;
         }
         while next_state < states.len() && states[next_state].1.at_ms <= t {
@@ -443,10 +477,19 @@ fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
     if !s.rec.violations.is_empty() {
         return;
     }
-    // Every request got exactly one response.
-    let issued: Vec<(String, u64)> = s.rec.issued.iter().cloned().collect();
-    for (c, q) in issued {
+    // Every request got exactly one response, but one that a partition cut off from the
+    // gateway, which the client sees as an expected abort.
+    let issued: Vec<((String, u64), Option<u64>)> = s.rec.issued.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    for ((c, q), sent) in issued {
         let n = s.rec.outcomes.iter().filter(|o| o.client == c && o.seq == q).count();
+        if let (0, Some(sent)) = (n, sent)
+            && s.cut_off(&c, sent, t)
+        {
+            let lost = Outcome::lost(c, q, sent, t, format!("{CUT_OFF}, never answered"));
+            s.rec.note(t, format!("response {}", lost.describe(false)));
+            s.rec.outcomes.push(lost);
+            continue;
+        }
         if n != 1 {
             s.rec.violate(t, format!("request {c}#{q} got {n} responses (expected exactly one)"));
         }
@@ -508,6 +551,9 @@ fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
         }
         if r.done.is_some_and(|d| d != o.done) {
             bad.push(format!("done {} (expected {:?})", o.done, r.done));
+        }
+        if r.aborted.is_some_and(|a| a != o.aborted) {
+            bad.push(format!("aborted {} (expected {:?})", o.aborted, r.aborted));
         }
         for (name, want) in &r.headers {
             let got = o.headers.get(name);
