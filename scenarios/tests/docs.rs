@@ -67,9 +67,9 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let p = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
         if p.is_dir() {
-            if !(name.starts_with('.') && name != ".github" && name != ".ci")
-                && !["target", "node_modules", "mutants.out", "ferroute-data", "venv"].contains(&name.as_str())
-            {
+            let hidden = name.starts_with('.') && name != ".github" && name != ".ci";
+            let generated = ["target", "node_modules", "mutants.out", "ferroute-data", "venv"].contains(&name.as_str());
+            if !hidden && !generated {
                 walk(&p, out);
             }
         } else if ["rs", "md", "toml", "yml", "sh", "txt", "py", "js"]
