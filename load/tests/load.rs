@@ -90,3 +90,77 @@ async fn the_load_generator_reaches_every_target() {
         assert_eq!((l.ok, l.failed), (30, 0), "{url}");
     }
 }
+
+/// The k6 script and the goose soak agree: the same variables, thresholds and defaults.
+#[test]
+fn the_k6_script_and_the_goose_soak_agree() {
+    let k6 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/k6-soak.js")).expect("k6-soak.js");
+    for needle in [
+        "__ENV.BASE_URL",
+        "__ENV.SOAK_VUS || 10",
+        "__ENV.SOAK_DURATION || '30s'",
+        "http_req_failed: ['rate<0.01']",
+        "http_req_duration: ['p(95)<500']",
+        "/api/monitoring/health",
+    ] {
+        assert!(k6.contains(needle), "k6-soak.js lacks {needle}");
+    }
+    let soak = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/soak.rs")).expect("soak.rs");
+    for needle in [
+        r#"env = "BASE_URL""#,
+        r#"env = "SOAK_DURATION", default_value = "30s""#,
+        r#"env = "SOAK_VUS", default_value_t = 10"#,
+        "p95_ms: u64",
+        "default_value_t = 500)]\n    p95_ms",
+        "default_value_t = 1.0)]\n    max_error_rate",
+    ] {
+        assert!(soak.contains(needle), "the goose soak lacks {needle:?}");
+    }
+    assert_eq!(load::soak::THRESHOLDS_BREACHED, 99, "k6's exit code for breached thresholds");
+}
+
+#[test]
+fn durations_are_read_as_k6_writes_them() {
+    use load::soak::parse_duration;
+    for (s, want) in
+        [("30s", 30), ("30m", 1800), ("1h30m", 5400), ("1m30s", 90), ("500ms", 1), ("45", 45), ("2h", 7200)]
+    {
+        assert_eq!(parse_duration(s).expect(s), want, "{s}");
+    }
+    for bad in ["", "m", "30x", "1.5m", "-3s", "30 s"] {
+        assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+    }
+}
+
+/// The soak binary, configured by k6's variables alone: 0 when the thresholds hold, 99 (as k6)
+/// when one is breached, with a k6-style summary either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_soak_binary_reads_k6_variables_and_exits_as_k6() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let addr = load::start_gateway(None, dir.path()).await.expect("gateway");
+    // A loopback port nobody listens on: every request fails.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port");
+    let run = |base: String| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_soak"));
+        cmd.env("BASE_URL", base)
+            .env("SOAK_DURATION", "1500ms")
+            .env("SOAK_VUS", "2")
+            .arg("--report")
+            .arg(dir.path().join("r.html"))
+            .current_dir(dir.path());
+        async move { tokio::task::spawn_blocking(move || cmd.output().expect("soak runs")).await.expect("joined") }
+    };
+    let ok = run(format!("http://{addr}/")).await;
+    let out = String::from_utf8_lossy(&ok.stdout).into_owned();
+    assert_eq!(ok.status.code(), Some(0), "{out}\n{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(out.contains("2 users, 2 s"), "{out}");
+    assert!(
+        out.contains("✓ 'http_req_duration: p(95)<500'") && out.contains("✓ 'http_req_failed: rate<0.01'"),
+        "{out}"
+    );
+    assert!(out.contains("http_reqs......................: "), "{out}");
+    let breached = run(format!("http://{closed}")).await;
+    let out = String::from_utf8_lossy(&breached.stdout).into_owned();
+    assert_eq!(breached.status.code(), Some(99), "{out}");
+    assert!(out.contains("✗ 'http_req_failed: rate<0.01'") && out.contains("100.00%"), "{out}");
+}

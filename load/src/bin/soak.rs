@@ -1,26 +1,29 @@
 //! `soak`: the goose soak of the health endpoint, short (30 s) or long (30 min). Starts the
-//! gateway in-process unless `--url` points at a running one (loopback only).
+//! gateway in-process unless a URL points at a running one (loopback only). It reads the same
+//! variables as `load/k6-soak.js` (`BASE_URL`, `SOAK_DURATION`, `SOAK_VUS`), checks the same
+//! thresholds, prints a k6-style summary and, like k6, exits with 99 when a threshold is
+//! breached.
 
 use clap::Parser;
-use load::soak::{SoakOptions, run};
+use load::soak::{SoakOptions, THRESHOLDS_BREACHED, parse_duration, run};
 
 /// Soak the gateway's health endpoint.
 #[derive(Parser, Debug)]
 #[command(name = "soak", about)]
 struct Cli {
     /// A running gateway (loopback only); without it the soak starts one in-process.
-    #[arg(long)]
+    #[arg(long, env = "BASE_URL")]
     url: Option<String>,
-    /// How long to run, e.g. 30s (short) or 30m (long).
-    #[arg(long, default_value = "30s")]
+    /// How long to run, as k6 writes it: 30s, 30m, 1h30m.
+    #[arg(long, env = "SOAK_DURATION", default_value = "30s")]
     duration: String,
-    /// Concurrent users.
-    #[arg(long, default_value_t = 10)]
+    /// Concurrent users (k6's virtual users).
+    #[arg(long, env = "SOAK_VUS", default_value_t = 10)]
     users: usize,
-    /// Threshold: 95th-percentile latency in ms.
+    /// Threshold: 95th-percentile latency in ms (k6: `http_req_duration: p(95)<500`).
     #[arg(long, default_value_t = 500)]
     p95_ms: u64,
-    /// Threshold: error rate in percent.
+    /// Threshold: error rate in percent (k6: `http_req_failed: rate<0.01`).
     #[arg(long, default_value_t = 1.0)]
     max_error_rate: f64,
     /// Where goose writes its HTML report.
@@ -28,25 +31,13 @@ struct Cli {
     report: String,
 }
 
-fn seconds(s: &str) -> anyhow::Result<usize> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: usize = num.parse().map_err(|_| anyhow::anyhow!("--duration {s:?}: expected e.g. 30s or 30m"))?;
-    Ok(match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => anyhow::bail!("--duration {s:?}: the unit must be s, m or h"),
-    })
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let seconds = seconds(&cli.duration)?;
+    let seconds = parse_duration(&cli.duration)?;
     let data = std::env::temp_dir().join(format!("ferroute-soak-{}", std::process::id()));
     let url = match cli.url {
-        Some(u) => u,
+        Some(u) => u.trim_end_matches('/').to_owned(),
         None => format!("http://{}", load::start_gateway(None, &data).await?),
     };
     println!(
@@ -64,12 +55,14 @@ async fn main() -> anyhow::Result<()> {
     let report = run(&opts).await;
     let _ = std::fs::remove_dir_all(&data);
     let report = report?;
+    println!("\n{}", report.k6_summary());
     for (rule, observed, ok) in &report.thresholds {
-        println!("threshold {rule}: observed {observed} ({})", if *ok { "pass" } else { "FAIL" });
+        println!("goose threshold {rule}: observed {observed} ({})", if *ok { "pass" } else { "FAIL" });
     }
     println!("{} requests; goose report in {}", report.requests, cli.report);
     if !report.passed() {
-        anyhow::bail!("the soak failed its thresholds");
+        eprintln!("soak: thresholds breached");
+        std::process::exit(THRESHOLDS_BREACHED);
     }
     Ok(())
 }
