@@ -40,16 +40,6 @@ impl BreakerState {
             BreakerState::HalfOpen => "HALF_OPEN",
         }
     }
-
-    /// Parses the stored name; anything unknown restores as `Closed`.
-    pub fn parse(s: &str) -> BreakerState {
-        match s {
-            "DEGRADED" => BreakerState::Degraded,
-            "OPEN" => BreakerState::Open,
-            "HALF_OPEN" => BreakerState::HalfOpen,
-            _ => BreakerState::Closed,
-        }
-    }
 }
 
 /// Why a breaker changed state.
