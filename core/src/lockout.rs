@@ -325,7 +325,8 @@ impl ModelLockouts {
         self.locks.retain(|_, b| !b.is_empty());
     }
 
-    /// The earliest lock expiry.
+    /// The earliest lock expiry (tests).
+    #[cfg(test)]
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
         self.locks.values().flatten().map(|l| l.until).filter(|u| *u > now).min()
     }

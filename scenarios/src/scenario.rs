@@ -289,6 +289,9 @@ pub struct StateExpect {
     /// `CLOSED | DEGRADED | OPEN | HALF_OPEN`.
     #[serde(default)]
     pub breaker: Option<String>,
+    /// The breaker's failure count, as health's `failures` shows it.
+    #[serde(default)]
+    pub failures: Option<u32>,
     /// This connection's…
     #[serde(default)]
     pub connection: Option<String>,

@@ -447,6 +447,12 @@ fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::StateExpect
                 problems.push(format!("breaker of {p} is {} (expected {want})", got.as_str()));
             }
         }
+        if let (Some(p), Some(want)) = (&e.provider, e.failures) {
+            let got = eng.breakers().get(p).map_or(0, |b| b.failure_count());
+            if got != want {
+                problems.push(format!("breaker of {p} counts {got} failures (expected {want})"));
+            }
+        }
         if let Some(c) = &e.connection {
             let st = eng.connection(c);
             if let Some(want) = &e.status

@@ -125,7 +125,8 @@ pub enum Admission {
 }
 
 impl Admission {
-    /// The ticket, if admitted.
+    /// The ticket, if admitted (tests).
+    #[cfg(test)]
     pub fn ticket(&self) -> Option<Ticket> {
         match *self {
             Admission::Admit(t) | Admission::Probe(t) => Some(t),
@@ -286,7 +287,8 @@ impl Breaker {
         self.failure_count
     }
 
-    /// Consecutive failed-probe cycles.
+    /// Consecutive failed-probe cycles (tests; the snapshot carries them).
+    #[cfg(test)]
     pub fn open_cycle_count(&self) -> u32 {
         self.open_cycle_count
     }
@@ -296,12 +298,15 @@ impl Breaker {
         self.probes_in_flight
     }
 
-    /// When the last counted failure happened.
+    /// When the last counted failure happened (tests).
+    #[cfg(test)]
     pub fn last_failure_at(&self) -> Option<Instant> {
         self.last_failure_at
     }
 
-    /// The earliest instant at which the state changes by itself (the shell may sleep on it).
+    /// The earliest instant at which the state changes by itself. Test-only: recovery is lazy,
+    /// and the gateway never sleeps on a breaker.
+    #[cfg(test)]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.state {
             BreakerState::Open => self.open_until,

@@ -122,7 +122,8 @@ impl BreakerRegistry {
         None
     }
 
-    /// The earliest self-driven state change across all breakers.
+    /// The earliest self-driven state change across all breakers (tests).
+    #[cfg(test)]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.breakers.values().filter_map(Breaker::poll_timeout).min()
     }

@@ -285,7 +285,9 @@ impl Engine {
         Some(Event::Lane { connection: self.intern(&id), change })
     }
 
-    /// The earliest instant at which some state changes by itself.
+    /// The earliest instant at which some state changes by itself. Test-only: every state
+    /// recovers lazily, when it is next read, so the gateway never sleeps on it.
+    #[cfg(test)]
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
         let conn = self.connections.values().filter_map(|c| c.rate_limited_until(now)).min();
         [self.breakers.poll_timeout(), conn, self.lockouts.poll_timeout(now), self.lanes.poll_timeout(now)]

@@ -260,7 +260,8 @@ impl Lanes {
         self.events.pop_front()
     }
 
-    /// The earliest instant at which some lane state ends by itself.
+    /// The earliest instant at which some lane state ends by itself (tests).
+    #[cfg(test)]
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
         self.conns
             .values()
