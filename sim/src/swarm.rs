@@ -134,30 +134,22 @@ pub fn generate(seed: u64) -> Scenario {
             abort_after_ms: rng.random_range(50..3_000),
         });
     }
+    // The gateway's link to `host` fails at `at` and heals `for_ms` later.
+    let mut cut = |host: String, at: u64, for_ms: u64| {
+        faults.push(Fault { at_ms: at, action: FaultAction::Partition, a: "gateway".into(), b: host.clone() });
+        faults.push(Fault { at_ms: at + for_ms, action: FaultAction::Repair, a: "gateway".into(), b: host });
+    };
     for p in 0..providers {
         if rng.random_bool(0.4) {
             let at = rng.random_range(0..SAFETY_MS / 2);
-            let host = format!("up-{p}");
-            faults.push(Fault { at_ms: at, action: FaultAction::Partition, a: "gateway".into(), b: host.clone() });
-            faults.push(Fault {
-                at_ms: at + rng.random_range(1_000..20_000),
-                action: FaultAction::Repair,
-                a: "gateway".into(),
-                b: host,
-            });
+            cut(format!("up-{p}"), at, rng.random_range(1_000..20_000));
         }
     }
     // Now and then a client's own network fails: what it misses is an expected abort.
     if rng.random_bool(0.3) {
         let at = rng.random_range(0..SAFETY_MS / 2);
         let client = format!("safety-{}", rng.random_range(0..groups));
-        faults.push(Fault { at_ms: at, action: FaultAction::Partition, a: "gateway".into(), b: client.clone() });
-        faults.push(Fault {
-            at_ms: at + rng.random_range(1_000..10_000),
-            action: FaultAction::Repair,
-            a: "gateway".into(),
-            b: client,
-        });
+        cut(client, at, rng.random_range(1_000..10_000));
     }
     // Liveness phase: every provider is probed until the bound; the last requests must succeed.
     let check_at = SAFETY_MS + LIVENESS_BOUND_MS;
