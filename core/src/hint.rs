@@ -288,7 +288,8 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 
 #[allow(clippy::too_many_arguments)] // one calendar field each, as the formats spell them
 fn to_unix_ms(y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, frac_ms: u32, offset_s: i64) -> Option<u64> {
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+    // Years past 9999 are nobody's reset time (and would overflow the day count).
+    if !(1970..=9999).contains(&y) || !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
         return None;
     }
     let secs = days_from_civil(y, mo, d) * 86_400 + i64::from(h) * 3600 + i64::from(mi) * 60 + i64::from(s) - offset_s;
@@ -350,6 +351,18 @@ mod tests {
     use super::*;
 
     const NOW: u64 = 1_780_000_000_000;
+
+    /// Found by the `retry_hints` fuzz target: a year of 16 digits overflowed the day count
+    /// (a panic in debug builds, a wrapped instant in release).
+    #[test]
+    fn absurd_years_are_no_date() {
+        assert_eq!(parse_http_date_ms("Wed, 1 Oct 2222222222222202760 07:28:00 GMT"), None);
+        assert_eq!(parse_http_date_ms("Wed, 21 Oct 20262020262026 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("Wed, 21 Oct 20262020262026 07:28:00 GMT", Some(NOW)), None);
+        assert_eq!(parse_http_date_ms("Fri, 31 Dec 9999 23:59:59 GMT"), Some(253_402_300_799_000));
+        assert_eq!(parse_http_date_ms("Sat, 01 Jan 10000 00:00:00 GMT"), None);
+        assert_eq!(parse_http_date_ms("Wed, 31 Dec 1969 23:59:59 GMT"), None);
+    }
 
     #[test]
     fn retry_after_seconds_and_date() {
