@@ -6,6 +6,7 @@
 
 pub mod check;
 mod client;
+mod expect;
 pub mod net;
 pub mod report;
 pub mod svg;

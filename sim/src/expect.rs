@@ -1,0 +1,215 @@
+//! What a run is judged by besides the live checkers: the scenario's expected states, checked at
+//! their moments, and at the end every request's answer, the expected responses, counts, calls,
+//! log lines and targets, and that nothing is left in flight.
+
+use crate::check::Outcome;
+use crate::world::{Shared, lock, ms};
+use scenarios::scenario::Scenario;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub(crate) fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::StateExpect, t: u64) {
+    let mut s = lock(shared);
+    let Some(h) = &s.gateway else {
+        s.rec.violate(t, format!("state check at {} ms: the gateway is not running", e.at_ms));
+        return;
+    };
+    let now = h.base + Duration::from_millis(t.saturating_sub(ms(h.e0)));
+    let gw = Arc::clone(&h.gw);
+    let mut problems = Vec::new();
+    gw.with_engine(|eng| {
+        if let (Some(p), Some(want)) = (&e.provider, &e.breaker) {
+            let got = eng.breaker_state(now, p);
+            if got.as_str() != want {
+                problems.push(format!("breaker of {p} is {} (expected {want})", got.as_str()));
+            }
+        }
+        if let (Some(p), Some(want)) = (&e.provider, e.failures) {
+            let got = eng.breakers().get(p).map_or(0, |b| b.failure_count());
+            if got != want {
+                problems.push(format!("breaker of {p} counts {got} failures (expected {want})"));
+            }
+        }
+        if let Some(c) = &e.connection {
+            let st = eng.connection(c);
+            if let Some(want) = &e.status
+                && st.status(now).as_str() != want
+            {
+                problems.push(format!("connection {c} is {} (expected {want})", st.status(now).as_str()));
+            }
+            if let Some(want) = e.backoff_level
+                && st.backoff_level() != want
+            {
+                problems.push(format!("connection {c} has backoff level {} (expected {want})", st.backoff_level()));
+            }
+            if let Some([lo, hi]) = e.cooldown_ms {
+                let left = st.rate_limited_until(now).map_or(0, |u| ms(u.saturating_duration_since(now)));
+                if left < lo || left > hi {
+                    problems.push(format!("connection {c} has {left} ms of cooldown left (expected {lo}..={hi})"));
+                }
+            }
+            if let Some(want) = &e.lane {
+                let got = eng.lane_view(c, now).as_str();
+                if got != want {
+                    problems.push(format!("connection {c} has usage-limit lane {got} (expected {want})"));
+                }
+            }
+            if let (Some(p), Some(m), Some(want)) = (&e.provider, &e.model, e.locked) {
+                let got = eng.lockouts().remaining(now, p, c, m, None).is_some();
+                if got != want {
+                    problems.push(format!("model {p}/{m} on {c} locked={got} (expected {want})"));
+                }
+            }
+        }
+    });
+    for p in problems {
+        s.rec.violate(t, format!("at {} ms: {p}", e.at_ms));
+    }
+}
+
+pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
+    let mut s = lock(shared);
+    if !s.rec.violations.is_empty() {
+        return;
+    }
+    // Every request got exactly one response, but one that a partition or a gateway restart cut
+    // off, which the client sees as an expected abort.
+    let issued: Vec<((String, u64), Option<u64>)> = s.rec.issued.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    for ((c, q), sent) in issued {
+        let n = s.rec.outcomes.iter().filter(|o| o.client == c && o.seq == q).count();
+        if let (0, Some(sent)) = (n, sent)
+            && let Some(why) = s.cut_off(&c, sent, t)
+        {
+            let lost = Outcome::lost(c, q, sent, t, format!("{why}, never answered"));
+            s.rec.note(t, format!("response {}", lost.describe(false)));
+            s.rec.outcomes.push(lost);
+            continue;
+        }
+        if n != 1 {
+            s.rec.violate(t, format!("request {c}#{q} got {n} responses (expected exactly one)"));
+        }
+    }
+    // Every permit returned, every attempt recorded: nothing counts as in flight, no probe slot
+    // is held.
+    let mut leaks: Vec<String> = Vec::new();
+    if let Some(h) = &s.gateway {
+        let gw = &h.gw;
+        let busy: Vec<String> = gw
+            .queue_depths()
+            .into_iter()
+            .filter(|(_, q, r)| *q > 0 || *r > 0)
+            .map(|(k, q, r)| format!("{k} ({q} queued, {r} running)"))
+            .collect();
+        if !busy.is_empty() {
+            leaks.push(format!("permits not returned at the end: {}", busy.join(", ")));
+        }
+        let held: Vec<String> = gw.with_engine(|e| {
+            let conns = gw.config.connections.iter().filter_map(|c| {
+                let n = e.in_flight(&c.id);
+                (n > 0).then(|| format!("{} has {n} attempts in flight", c.id))
+            });
+            let probes = gw.config.providers.iter().filter_map(|p| {
+                let n = e.breakers().get(&p.id).map_or(0, |b| b.probes_in_flight());
+                (n > 0).then(|| format!("{} holds {n} probe slots", p.id))
+            });
+            conns.chain(probes).collect()
+        });
+        if !held.is_empty() {
+            leaks.push(format!("attempts never recorded: {}", held.join(", ")));
+        }
+    }
+    for l in leaks {
+        s.rec.violate(t, l);
+    }
+    let (started, finalised) = s.rec.streams;
+    if started != finalised {
+        s.rec.violate(t, format!("{started} streams started but {finalised} finalised"));
+    }
+    let exp = &scenario.expect;
+    for r in &exp.responses {
+        let Some(o) = s.rec.outcomes.iter().find(|o| o.client == r.client && o.seq == r.seq).cloned() else {
+            s.rec.violate(t, format!("response {}#{}: no such request", r.client, r.seq));
+            continue;
+        };
+        let mut bad = Vec::new();
+        if r.status.is_some() && r.status != o.status {
+            bad.push(format!("status {:?} (expected {:?})", o.status, r.status));
+        }
+        if r.code.is_some() && r.code != o.code {
+            bad.push(format!("code {:?} (expected {:?})", o.code, r.code));
+        }
+        if r.retry_after_s.is_some() && r.retry_after_s != o.retry_after_s {
+            bad.push(format!("retry-after {:?} (expected {:?})", o.retry_after_s, r.retry_after_s));
+        }
+        if r.connection.is_some() && r.connection != o.connection {
+            bad.push(format!("connection {:?} (expected {:?})", o.connection, r.connection));
+        }
+        if r.done.is_some_and(|d| d != o.done) {
+            bad.push(format!("done {} (expected {:?})", o.done, r.done));
+        }
+        if r.aborted.is_some_and(|a| a != o.aborted) {
+            bad.push(format!("aborted {} (expected {:?})", o.aborted, r.aborted));
+        }
+        for (name, want) in &r.headers {
+            let got = o.headers.get(name);
+            if got != Some(want) {
+                bad.push(format!("header {name} {got:?} (expected {want:?})"));
+            }
+        }
+        for b in bad {
+            s.rec.violate(t, format!("response {}#{}: {b}", r.client, r.seq));
+        }
+    }
+    for c in &exp.counts {
+        let n = s
+            .rec
+            .outcomes
+            .iter()
+            .filter(|o| c.client.as_ref().is_none_or(|x| *x == o.client))
+            .filter(|o| c.status.is_none() || c.status == o.status)
+            .filter(|o| c.code.is_none() || c.code == o.code)
+            .filter(|o| c.connection.is_none() || c.connection == o.connection)
+            .count() as u64;
+        if c.min.is_some_and(|m| n < m) || c.max.is_some_and(|m| n > m) {
+            s.rec.violate(
+                t,
+                format!(
+                    "{n} responses with status={:?} code={:?} connection={:?} (expected {:?}..={:?})",
+                    c.status, c.code, c.connection, c.min, c.max
+                ),
+            );
+        }
+    }
+    for c in &exp.calls {
+        let n = match s.upstreams.get(&c.host) {
+            Some(u) if c.model == "*" => u.total_calls(),
+            Some(u) => u.calls(&c.model),
+            None => 0,
+        };
+        if c.min.is_some_and(|m| n < m) || c.max.is_some_and(|m| n > m) {
+            s.rec.violate(
+                t,
+                format!("upstream {} model {} got {n} calls (expected {:?}..={:?})", c.host, c.model, c.min, c.max),
+            );
+        }
+    }
+    check_targets(&mut s, t, &exp.targets);
+    for l in &exp.log {
+        let n = s.rec.log.iter().filter(|(_, line)| line.contains(&l.contains)).count() as u64;
+        if l.min.is_some_and(|m| n < m) || l.max.is_some_and(|m| n > m) {
+            s.rec.violate(t, format!("{n} log lines contain {:?} (expected {:?}..={:?})", l.contains, l.min, l.max));
+        }
+    }
+}
+
+fn check_targets(s: &mut Shared, t: u64, exp: &[scenarios::scenario::TargetExpect]) {
+    for e in exp {
+        let (n, what) = match &e.target {
+            Some(target) => (s.rec.targets.get(target).copied().unwrap_or(0), format!("dispatches to {target}")),
+            None => (s.rec.targets.len() as u64, format!("distinct targets ({:?})", s.rec.targets)),
+        };
+        if e.min.is_some_and(|m| n < m) || e.max.is_some_and(|m| n > m) {
+            s.rec.violate(t, format!("{n} {what} (expected {:?}..={:?})", e.min, e.max));
+        }
+    }
+}
