@@ -271,6 +271,11 @@ impl ModelLockouts {
         removed
     }
 
+    /// Removes every lock of one connection (its key changed); returns how many there were.
+    pub fn clear_connection(&mut self, connection: &str) -> usize {
+        self.locks.remove(connection).map_or(0, |b| b.len())
+    }
+
     /// Removes everything; returns how many locks there were.
     pub fn clear_all(&mut self) -> usize {
         let n = self.len();

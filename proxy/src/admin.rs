@@ -277,6 +277,27 @@ pub fn not_found(path: &str) -> Response<Body> {
     ProxyError::new(Source::Downstream, 404, "not_found", format!("no route for {path}")).into_response()
 }
 
+/// `POST /api/config/reload`: 200 with what changed, or 422 with every problem of the new
+/// config (the running one is kept).
+pub fn reload<C: Connect + Clone + Send + Sync + 'static>(serving: &crate::reload::Serving<C>) -> Response<Body> {
+    match serving.reload() {
+        Ok(report) => json_response(200, serde_json::to_string(&report).unwrap_or_default()),
+        Err(e) => {
+            let problems: Vec<serde_json::Value> =
+                e.0.iter().map(|p| serde_json::json!({"field": p.field, "message": p.message})).collect();
+            let body = serde_json::json!({
+                "error": {
+                    "message": format!("config refused, the running config is kept: {}", e.to_string().trim_end()),
+                    "type": "invalid_request_error",
+                    "code": "invalid_config",
+                    "problems": problems,
+                }
+            });
+            json_response(422, body.to_string())
+        }
+    }
+}
+
 /// 405 for a known path with the wrong method.
 pub fn method_not_allowed(path: &str, allowed: &str) -> Response<Body> {
     let mut r = ProxyError::new(Source::Downstream, 405, "method_not_allowed", format!("{path} accepts {allowed}"))

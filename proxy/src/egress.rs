@@ -9,17 +9,19 @@ use std::net::IpAddr;
 
 /// Notes the local address connection `index` was last seen leaving from.
 pub fn observe<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, index: usize, ip: IpAddr) {
-    if gw.config.connections[index].egress_ip.is_none() {
+    let c = &gw.config.connections[index];
+    if c.egress_ip.is_none() {
         let mut seen = gw.egress.lock().unwrap_or_else(|p| p.into_inner());
-        seen.insert(index, ip);
+        seen.insert(c.id.clone(), ip);
     }
 }
 
 /// The egress IP of connection `index`, if known.
 pub fn ip_of<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, index: usize) -> Option<IpAddr> {
-    match gw.config.connections[index].egress_ip.as_deref().and_then(|s| s.parse().ok()) {
+    let c = &gw.config.connections[index];
+    match c.egress_ip.as_deref().and_then(|s| s.parse().ok()) {
         Some(ip) => Some(ip),
-        None => gw.egress.lock().unwrap_or_else(|p| p.into_inner()).get(&index).copied(),
+        None => gw.egress.lock().unwrap_or_else(|p| p.into_inner()).get(&c.id).copied(),
     }
 }
 

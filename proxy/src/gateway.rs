@@ -73,21 +73,27 @@ pub enum Observed<'a> {
 /// An observer of the gateway; called synchronously, never with a lock held.
 pub type Tap = Box<dyn Fn(Instant, Observed<'_>) + Send + Sync>;
 
+/// A shared observer (a reloaded gateway keeps its predecessor's).
+type SharedTap = Arc<dyn Fn(Instant, Observed<'_>) + Send + Sync>;
+
 struct QueueEntry {
     queue: AdmissionQueue,
     wakers: BTreeMap<u64, oneshot::Sender<()>>,
 }
 
-/// The gateway.
+/// The gateway: one config and everything that outlives it. A reload (see [`crate::reload`])
+/// builds a new `Gateway` for the new config that shares the state of this one (the engine,
+/// queues, store, metrics, counters and upstream client); requests already running keep the
+/// `Gateway` they started with, so their targets stay valid.
 pub struct Gateway<C> {
     /// The config.
     pub config: Config,
-    engine: Mutex<Engine>,
-    queues: Mutex<BTreeMap<String, QueueEntry>>,
+    engine: Arc<Mutex<Engine>>,
+    queues: Arc<Mutex<BTreeMap<String, QueueEntry>>>,
     /// The store, if persistence is on.
-    pub store: Option<Store>,
+    pub store: Option<Arc<Store>>,
     /// Metrics.
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     /// The clock.
     pub clock: Clock,
     /// The upstream client.
@@ -96,12 +102,12 @@ pub struct Gateway<C> {
     pub base_urls: Vec<String>,
     connection_strategies: Vec<Strategy>,
     /// M16: whether the emergency target is switched on (operators flip it at runtime).
-    pub emergency: std::sync::atomic::AtomicBool,
-    /// M13: the egress IP last observed per connection index.
-    pub egress: Mutex<BTreeMap<usize, std::net::IpAddr>>,
-    tap: Option<Tap>,
-    ids: std::sync::atomic::AtomicU64,
-    requests: std::sync::atomic::AtomicU64,
+    pub emergency: Arc<std::sync::atomic::AtomicBool>,
+    /// M13: the egress IP last observed per connection id.
+    pub egress: Arc<Mutex<BTreeMap<String, std::net::IpAddr>>>,
+    tap: Option<SharedTap>,
+    ids: Arc<std::sync::atomic::AtomicU64>,
+    requests: Arc<std::sync::atomic::AtomicU64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,28 +130,49 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_timer(hyper_util::rt::TokioTimer::new())
             .build(connector);
-        let base_urls = config.providers.iter().map(|p| p.base_url.trim_end_matches('/').to_owned()).collect();
         let engine = Engine::new(config.resilience.clone(), seed);
-        let connection_strategies = config.providers.iter().map(|p| p.connection_strategy()).collect();
         let emergency = std::sync::atomic::AtomicBool::new(config.emergency_fallback.enabled);
         let gw = Gateway {
-            connection_strategies,
-            emergency,
-            egress: Mutex::new(BTreeMap::new()),
+            base_urls: base_urls(&config),
+            connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
+            emergency: Arc::new(emergency),
+            egress: Arc::default(),
             config,
-            engine: Mutex::new(engine),
-            queues: Mutex::new(BTreeMap::new()),
-            store,
-            metrics: Metrics::new(),
+            engine: Arc::new(Mutex::new(engine)),
+            queues: Arc::default(),
+            store: store.map(Arc::new),
+            metrics: Arc::new(Metrics::new()),
             clock,
             client,
-            base_urls,
-            tap,
-            ids: std::sync::atomic::AtomicU64::new(0),
-            requests: std::sync::atomic::AtomicU64::new(0),
+            tap: tap.map(|t| -> SharedTap { Arc::from(t) }),
+            ids: Arc::default(),
+            requests: Arc::default(),
         };
         gw.restore()?;
         Ok(gw)
+    }
+
+    /// A gateway for `config` that shares this one's state (see [`crate::reload`]). Settings
+    /// reach the engine at once; breakers, connections, lockouts, pins, queues and leases carry
+    /// over by id.
+    pub fn successor(&self, config: Config) -> Gateway<C> {
+        self.with_engine(|e| e.set_settings(config.resilience.clone()));
+        Gateway {
+            base_urls: base_urls(&config),
+            connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
+            emergency: Arc::clone(&self.emergency),
+            egress: Arc::clone(&self.egress),
+            config,
+            engine: Arc::clone(&self.engine),
+            queues: Arc::clone(&self.queues),
+            store: self.store.clone(),
+            metrics: Arc::clone(&self.metrics),
+            clock: self.clock,
+            client: self.client.clone(),
+            tap: self.tap.clone(),
+            ids: Arc::clone(&self.ids),
+            requests: Arc::clone(&self.requests),
+        }
     }
 
     fn restore(&self) -> Result<(), StoreError> {
@@ -173,16 +200,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             }
         }
         drop(engine);
-        // M14: a lease whose key may no longer use its connection (the key, the connection or
-        // the permission left the config) ends as INVALIDATED; its fence refuses from now on.
-        let allowed = |key_id: &str, connection: &str| {
-            self.config.keys.iter().any(|k| k.id == key_id && k.may_lease_connection(connection))
-                && self.config.connections.iter().any(|c| c.id == connection)
-        };
-        let invalidated = store.invalidate_leases(&allowed, wall)?;
-        if invalidated > 0 {
-            tracing::warn!(invalidated, "leases whose key may no longer use their connection were invalidated");
-        }
+        self.invalidate_stale_leases()?;
         if self.config.emergency_fallback.target.is_some()
             && let Some(v) = store.setting(EMERGENCY_SETTING)?
         {
@@ -191,6 +209,22 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         let settings = serde_json::to_string(&self.config.resilience).unwrap_or_default();
         store.save_setting("resilience.effective", &settings, wall)?;
         Ok(())
+    }
+
+    /// M14: a lease whose key may no longer use its connection (the key, the connection or the
+    /// permission left the config) ends as INVALIDATED; its fence refuses from now on. Run at
+    /// start and after each reload.
+    pub fn invalidate_stale_leases(&self) -> Result<usize, StoreError> {
+        let Some(store) = &self.store else { return Ok(0) };
+        let allowed = |key_id: &str, connection: &str| {
+            self.config.keys.iter().any(|k| k.id == key_id && k.may_lease_connection(connection))
+                && self.config.connections.iter().any(|c| c.id == connection)
+        };
+        let invalidated = store.invalidate_leases(&allowed, self.clock.wall_now_ms())?;
+        if invalidated > 0 {
+            tracing::warn!(invalidated, "leases whose key may no longer use their connection were invalidated");
+        }
+        Ok(invalidated)
     }
 
     /// Runs `f` on the engine (one synchronous call; never held across `.await`).
@@ -415,6 +449,12 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         }
     }
 
+    /// Forgets queues nobody waits in or runs through (a reload prunes the queues of removed
+    /// connections this way; a queue is recreated when a request needs it).
+    pub fn prune_idle_queues(&self) {
+        lock(&self.queues).retain(|_, e| e.queue.queued() > 0 || e.queue.running() > 0 || !e.wakers.is_empty());
+    }
+
     /// Queue depths by queue.
     pub fn queue_depths(&self) -> Vec<(String, usize, usize)> {
         lock(&self.queues).iter().map(|(k, e)| (k.clone(), e.queue.queued(), e.queue.running())).collect()
@@ -437,6 +477,10 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         let now = self.clock.now();
         self.with_engine(|e| e.sweep(now));
     }
+}
+
+fn base_urls(config: &Config) -> Vec<String> {
+    config.providers.iter().map(|p| p.base_url.trim_end_matches('/').to_owned()).collect()
 }
 
 fn map_expiry(e: WaitExpiry) -> Result<Option<Permit>, QueueRejection> {

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod multicall;
 pub mod plan;
 pub mod refuse;
+pub mod reload;
 pub mod resolve;
 pub mod serve;
 pub mod store;

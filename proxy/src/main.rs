@@ -3,9 +3,11 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use proxy::clock::system_wall_ms;
-use proxy::config::{Config, demo};
-use proxy::{Persistence, build, https_connector, serve::serve_gateway};
+use proxy::config::{Config, ConfigError, demo, field_error};
+use proxy::reload::{Loader, Serving};
+use proxy::{Persistence, build, https_connector, serve::serve_live};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Ferroute: an LLM API gateway that keeps coding agents working while upstream providers
 /// fail, throttle, misreport their status or stream too slowly.
@@ -112,40 +114,102 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let mut config = load(cli.config.as_ref())?;
+    let config = load(cli.config.as_ref())?;
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
-    if let Some(l) = cli.listen {
-        config.server.listen = l;
-    }
-    if let Some(d) = cli.data_dir {
-        config.server.data_dir = d.display().to_string();
-    }
+    let demo_addr = if config.demo {
+        let addr = proxy::demo::start().await.context("cannot start the demo provider")?;
+        tracing::info!(upstream = %addr, "no provider configured: serving the built-in demo providers (demo/echo, demo/tools, demo/flaky; demo-claude/echo and demo-claude/tools speak the Anthropic format)");
+        Some(addr)
+    } else {
+        None
+    };
+    // What the command line and the start-up add to a loaded config, at start and on reload.
+    let (listen_override, data_dir_override, path) = (cli.listen, cli.data_dir, cli.config);
+    let complete = move |mut config: Config| -> Result<Config, ConfigError> {
+        if let Some(l) = &listen_override {
+            config.server.listen.clone_from(l);
+        }
+        if let Some(d) = &data_dir_override {
+            config.server.data_dir = d.display().to_string();
+        }
+        if config.demo {
+            let Some(addr) = demo_addr else {
+                return Err(ConfigError(vec![field_error(
+                    "providers",
+                    "no provider is configured: the built-in demo provider starts only with the gateway; restart it",
+                )]));
+            };
+            for p in &mut config.providers {
+                if p.base_url == demo::BASE_URL {
+                    p.base_url = format!("http://{addr}/v1");
+                }
+            }
+        }
+        Ok(config)
+    };
+    let config = complete(config).map_err(|e| anyhow::anyhow!("{e}"))?;
     let listen: std::net::SocketAddr = config
         .server
         .listen
         .parse()
         .with_context(|| format!("server.listen {:?} is not an address", config.server.listen))?;
-    if config.demo {
-        let addr = proxy::demo::start().await.context("cannot start the demo provider")?;
-        for p in &mut config.providers {
-            if p.base_url == demo::BASE_URL {
-                p.base_url = format!("http://{addr}/v1");
-            }
-        }
-        tracing::info!(upstream = %addr, "no provider configured: serving the built-in demo providers (demo/echo, demo/tools, demo/flaky; demo-claude/echo and demo-claude/tools speak the Anthropic format)");
-    }
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let data_dir = PathBuf::from(&config.server.data_dir);
     let gw = build(config, https_connector()?, Persistence::Dir(data_dir.clone()), system_wall_ms(), system_wall_ms())
         .with_context(|| format!("cannot open the state store in {}", data_dir.display()))?;
+    let loader: Loader = Box::new(move || {
+        let config = match &path {
+            Some(p) => std::fs::read_to_string(p)
+                .map_err(|e| ConfigError(vec![field_error("config", format!("cannot read {}: {e}", p.display()))]))
+                .and_then(|text| Config::from_toml_str(&text, &|name| std::env::var(name).ok(), &env_vars()))?,
+            None => Config::embedded(&|name| std::env::var(name).ok(), &env_vars())?,
+        };
+        complete(config)
+    });
+    let serving = Serving::new(gw, Some(loader));
     let local = gw_addr(&listener, listen);
     tracing::info!(listen = %local, data_dir = %data_dir.display(), "ferroute listening");
     // One machine-readable line on stdout, so that scripts and tests can use port 0.
     println!("ferroute listening on http://{local}");
-    serve_gateway(gw, listener, shutdown_signal()).await;
+    let hangups = reload_on_hangup(Arc::clone(&serving));
+    serve_live(serving, listener, shutdown_signal()).await;
+    hangups.abort();
     Ok(())
+}
+
+fn env_vars() -> Vec<(String, String)> {
+    std::env::vars().collect()
+}
+
+/// SIGHUP reloads the config (the outcome is logged; see `proxy::reload`).
+fn reload_on_hangup<C>(serving: Arc<Serving<C>>) -> tokio::task::JoinHandle<()>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGHUP: reload through the admin API only");
+                    return;
+                }
+            };
+            while hup.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading the config");
+                // Reading the file and building the gateway are blocking work.
+                let s = Arc::clone(&serving);
+                if tokio::task::spawn_blocking(move || s.reload()).await.is_err() {
+                    tracing::error!("config reload panicked; the running config is kept");
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        drop(serving);
+    })
 }
 
 fn gw_addr(listener: &tokio::net::TcpListener, configured: std::net::SocketAddr) -> std::net::SocketAddr {

@@ -22,6 +22,7 @@ pub struct Metrics {
     session_pins: Gauge,
     translations: Family<Labels, Counter>,
     usage_limit: Family<Labels, Counter>,
+    config_reloads: Family<Labels, Counter>,
     /// Stream finalisations (each stream finalises exactly once).
     pub stream_finalizations: Counter,
     /// Streams started.
@@ -79,8 +80,15 @@ impl Metrics {
             "Claude usage-limit handling (M4) by connection and event: accepted, ended_<reason>, reset_<outcome>, slow_wait",
             usage_limit.clone(),
         );
+        let config_reloads = Family::<Labels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Config reloads (SIGHUP or the admin API) by result: ok, refused",
+            config_reloads.clone(),
+        );
         Metrics {
             registry,
+            config_reloads,
             usage_limit,
             requests,
             upstream_latency,
@@ -100,6 +108,11 @@ impl Metrics {
         self.translations
             .get_or_create(&vec![("api".into(), api.to_owned()), ("format".into(), format.to_owned())])
             .inc();
+    }
+
+    /// Counts one config reload by result (`ok`, `refused`).
+    pub fn config_reload(&self, result: &str) {
+        self.config_reloads.get_or_create(&vec![("result".into(), result.to_owned())]).inc();
     }
 
     /// Counts one M4 event of a connection.

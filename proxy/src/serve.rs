@@ -7,6 +7,7 @@ use crate::errors::{Body, ErrorShape};
 use crate::exchange;
 use crate::forward::forward;
 use crate::gateway::Gateway;
+use crate::reload::Serving;
 use crate::translate::ClientApi;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
@@ -21,12 +22,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Routes one request.
+/// Routes one request on the gateway current when it arrives (it keeps that gateway, and so
+/// its config, to its end; see [`crate::reload`]).
 pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
-    gw: Arc<Gateway<C>>,
+    serving: &Serving<C>,
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<Body> {
+    let gw = serving.current();
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     let api = match path.as_str() {
@@ -56,6 +59,11 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
         },
         ("/api/monitoring/health", &Method::GET) => admin::health(&gw),
         ("/metrics", &Method::GET) => admin::metrics(&gw),
+        ("/api/config/reload", &Method::POST) => match auth::admin(&gw.config, req.headers()) {
+            Ok(()) => admin::reload(serving),
+            Err(e) => e.into_response(),
+        },
+        ("/api/config/reload", _) => admin::method_not_allowed(&path, "POST"),
         ("/api/resilience/reset", &Method::POST) => match auth::admin(&gw.config, req.headers()) {
             Ok(()) => admin::reset(&gw),
             Err(e) => e.into_response(),
@@ -84,13 +92,23 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
     }
 }
 
-/// Serves `gw` on `listener` until `shutdown` resolves; then stops accepting, lets in-flight
-/// requests finish within the grace period, and flushes state.
-pub async fn serve_gateway<L, C>(gw: Arc<Gateway<C>>, mut listener: L, shutdown: impl Future<Output = ()>)
+/// Serves `gw` on `listener` until `shutdown` resolves, without reloads (see [`serve_live`]).
+pub async fn serve_gateway<L, C>(gw: Arc<Gateway<C>>, listener: L, shutdown: impl Future<Output = ()>)
 where
     L: Listener,
     C: Connect + Clone + Send + Sync + 'static,
 {
+    serve_live(Serving::new(gw, None), listener, shutdown).await;
+}
+
+/// Serves the current gateway of `serving` on `listener` until `shutdown` resolves; then stops
+/// accepting, lets in-flight requests finish within the grace period, and flushes state.
+pub async fn serve_live<L, C>(serving: Arc<Serving<C>>, mut listener: L, shutdown: impl Future<Output = ()>)
+where
+    L: Listener,
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    let gw = serving.current();
     let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(30)).auto_date_header(false);
@@ -117,10 +135,10 @@ where
                         continue;
                     }
                 };
-                let gw = Arc::clone(&gw);
+                let serving = Arc::clone(&serving);
                 let svc = service_fn(move |req| {
-                    let gw = Arc::clone(&gw);
-                    async move { Ok::<_, Infallible>(route(gw, req, peer).await) }
+                    let serving = Arc::clone(&serving);
+                    async move { Ok::<_, Infallible>(route(&serving, req, peer).await) }
                 });
                 let conn = builder.serve_connection(TokioIo::new(io), svc);
                 let watched = graceful.watch(conn);
@@ -133,6 +151,7 @@ where
         }
     }
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
+    let gw = serving.current();
     let grace = Duration::from_millis(gw.config.server.shutdown_grace_ms);
     if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
         tracing::warn!(

@@ -1,74 +1,16 @@
 //! The real `ferroute` binary as a process: state survives `kill -9` and SIGTERM, and the
 //! embedded default serves the demo provider with no config.
 
-use chaos::client::{Reply, breaker, connection_status, health, health_field, send};
-use scenarios::{Behaviour, Script, ScriptedUpstream, serve_upstream};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+mod common;
+
+use chaos::client::{breaker, connection_status, health, health_field, send};
+use common::{chat_at, json, spawn, upstream};
+use scenarios::{Behaviour, Script, ScriptedUpstream};
+use std::process::Command;
 use std::time::Duration;
-
-struct Proc {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts ferroute on an ephemeral port (`--listen 127.0.0.1:0`) and reads the address it
-/// announces on stdout, so concurrent tests never race for a port.
-async fn spawn(args: &[&str], cwd: &std::path::Path) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferroute"))
-        .args(args)
-        .args(["--listen", "127.0.0.1:0"])
-        .current_dir(cwd)
-        .env("FERROUTE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ferroute");
-    let stdout = child.stdout.take().expect("stdout");
-    let line = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|l| l.strip_prefix("ferroute listening on ").map(str::to_owned))
-    });
-    match tokio::time::timeout(Duration::from_secs(20), line).await {
-        Ok(Ok(Some(base))) => Proc { child, base },
-        other => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("ferroute did not announce its address: {other:?}");
-        }
-    }
-}
-
-async fn upstream(script: ScriptedUpstream) -> (SocketAddr, Arc<ScriptedUpstream>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
-    let addr = listener.local_addr().expect("addr");
-    let script = Arc::new(script);
-    tokio::spawn(serve_upstream(listener, Arc::clone(&script)));
-    (addr, script)
-}
 
 async fn state_of(base: &str, provider_id: &str) -> String {
     breaker(&health(base).await.expect("health"), provider_id)
-}
-
-async fn chat_at(base: &str, model: &str) -> Reply {
-    let body = serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string();
-    send("POST", &format!("{base}/v1/chat/completions"), &[], &body, Duration::from_secs(30)).await.expect("response")
-}
-
-fn json(r: &Reply) -> serde_json::Value {
-    r.json().unwrap_or_else(|| panic!("not JSON: {}", r.body))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

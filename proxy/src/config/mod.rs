@@ -31,6 +31,11 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// One problem with one field.
+pub fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    err(field, message)
+}
+
 fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
     FieldError { field: field.into(), message: message.into() }
 }

@@ -1,0 +1,223 @@
+//! Hot reload: SIGHUP or `POST /api/config/reload` loads the config again and, when it is
+//! valid, swaps it in without a restart.
+//!
+//! - An invalid config is refused with every problem, and the running one stays.
+//! - Each request takes the gateway current when it arrives and keeps it to its end, so
+//!   requests and streams in flight finish on the config they started with.
+//! - The new gateway shares the old one's state (see [`Gateway::successor`]): breakers,
+//!   connection states, lockouts and pins carry over by id. Two exceptions start fresh: a
+//!   provider whose upstream changed (`base_url` or `format`) gets a closed breaker, and a
+//!   connection whose credentials or provider changed loses its cooldown, terminal state and
+//!   model lockouts, since they were earned by another key or another upstream.
+//! - `server.listen` and `server.data_dir` are bound at start: a change is reported and takes
+//!   effect at the next restart.
+
+use crate::config::{Config, ConfigError, ConnectionConfig, ProviderConfig};
+use crate::gateway::Gateway;
+use hyper_util::client::legacy::connect::Connect;
+use serde::Serialize;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Loads the config from where the gateway got it (the file, the environment, the command
+/// line), every problem in the error.
+pub type Loader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
+
+/// The gateway being served, swapped whole by a reload.
+pub struct Serving<C> {
+    current: RwLock<Arc<Gateway<C>>>,
+    loader: Option<Loader>,
+    // One reload at a time: two racing reloads would each diff against the same old config.
+    reloading: Mutex<()>,
+}
+
+/// What a reload changed, by id.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct Changes {
+    /// In the new config only.
+    pub added: Vec<String>,
+    /// In the old config only (their state is kept in case they come back, but nothing routes
+    /// to them and health no longer lists them).
+    pub removed: Vec<String>,
+    /// In both, with different settings.
+    pub changed: Vec<String>,
+    /// Of `changed`, those whose state was reset.
+    pub reset: Vec<String>,
+}
+
+/// The outcome of an accepted reload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// `"reloaded"`, or `"unchanged"` when the new config equals the running one.
+    pub status: &'static str,
+    /// Providers.
+    pub providers: Changes,
+    /// Connections.
+    pub connections: Changes,
+    /// Combos (by name).
+    pub combos: Changes,
+    /// Whether `[resilience]` changed.
+    pub resilience_changed: bool,
+    /// Changes that need a restart, and the new config's warnings.
+    pub warnings: Vec<String>,
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
+    /// Serves `gw`; `loader` is where a reload reads the config from (`None`: reloads are
+    /// refused, as in the simulation).
+    pub fn new(gw: Arc<Gateway<C>>, loader: Option<Loader>) -> Arc<Self> {
+        Arc::new(Serving { current: RwLock::new(gw), loader, reloading: Mutex::new(()) })
+    }
+
+    /// The gateway a request arriving now uses.
+    pub fn current(&self) -> Arc<Gateway<C>> {
+        Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Loads the config again and swaps it in; a config with problems is refused whole and the
+    /// running one kept.
+    pub fn reload(&self) -> Result<Report, ConfigError> {
+        let _one = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(loader) = &self.loader else {
+            return Err(ConfigError(vec![crate::config::field_error(
+                "config",
+                "this gateway was started without a config source to reload from",
+            )]));
+        };
+        let result = loader().and_then(|new| self.swap(new));
+        let old = self.current();
+        match &result {
+            Ok(r) => {
+                old.metrics.config_reload("ok");
+                tracing::info!(
+                    status = r.status,
+                    providers = old.config.providers.len(),
+                    connections = old.config.connections.len(),
+                    combos = old.config.combos.len(),
+                    added = ?[&r.providers.added[..], &r.connections.added[..], &r.combos.added[..]].concat(),
+                    removed = ?[&r.providers.removed[..], &r.connections.removed[..], &r.combos.removed[..]].concat(),
+                    reset = ?[&r.providers.reset[..], &r.connections.reset[..]].concat(),
+                    "config reloaded"
+                );
+                for w in &r.warnings {
+                    tracing::warn!("{w}");
+                }
+            }
+            Err(e) => {
+                old.metrics.config_reload("refused");
+                tracing::error!(problems = e.0.len(), "config reload refused; the running config is kept");
+                for p in &e.0 {
+                    tracing::error!("  {p}");
+                }
+            }
+        }
+        result
+    }
+
+    fn swap(&self, mut new: Config) -> Result<Report, ConfigError> {
+        let old = self.current();
+        let mut warnings = std::mem::take(&mut new.warnings);
+        if new.server.listen != old.config.server.listen {
+            warnings.push(format!(
+                "server.listen changed to {:?}: the gateway keeps listening on {:?} until it restarts",
+                new.server.listen, old.config.server.listen
+            ));
+            new.server.listen.clone_from(&old.config.server.listen);
+        }
+        if new.server.data_dir != old.config.server.data_dir {
+            warnings.push(format!(
+                "server.data_dir changed to {:?}: state stays in {:?} until the gateway restarts",
+                new.server.data_dir, old.config.server.data_dir
+            ));
+            new.server.data_dir.clone_from(&old.config.server.data_dir);
+        }
+        let mut shown = new.clone();
+        shown.warnings.clear();
+        let mut running = old.config.clone();
+        running.warnings.clear();
+        if shown == running {
+            return Ok(Report {
+                status: "unchanged",
+                providers: Changes::default(),
+                connections: Changes::default(),
+                combos: Changes::default(),
+                resilience_changed: false,
+                warnings,
+            });
+        }
+        let providers = diff(&old.config.providers, &new.providers, |p| &p.id, provider_reset);
+        let connections = diff(&old.config.connections, &new.connections, |c| &c.id, connection_reset);
+        let combos = diff(&old.config.combos, &new.combos, |c| &c.name, |_, _| false);
+        let resilience_changed = old.config.resilience != new.resilience;
+        let emergency_switched = old.config.emergency_fallback.enabled != new.emergency_fallback.enabled;
+        let enabled = new.emergency_fallback.enabled;
+        let gw = old.successor(new);
+        let now = gw.clock.now();
+        gw.with_engine(|e| {
+            for p in &providers.reset {
+                e.breakers_mut().reset(p, now);
+            }
+            for c in &connections.reset {
+                e.reset_connection(c);
+                e.lockouts_mut().clear_connection(c);
+            }
+        });
+        gw.settle();
+        gw.prune_idle_queues();
+        if emergency_switched {
+            gw.emergency.store(enabled, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Err(e) = gw.invalidate_stale_leases() {
+            tracing::error!(error = %e, "could not check leases against the reloaded config");
+        }
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(gw);
+        Ok(Report { status: "reloaded", providers, connections, combos, resilience_changed, warnings })
+    }
+}
+
+/// A provider whose upstream is another one starts with a closed breaker.
+fn provider_reset(old: &ProviderConfig, new: &ProviderConfig) -> bool {
+    old.base_url != new.base_url || old.format != new.format
+}
+
+/// A connection with another key or another provider starts without cooldowns, terminal
+/// states or lockouts.
+fn connection_reset(old: &ConnectionConfig, new: &ConnectionConfig) -> bool {
+    old.api_key != new.api_key || old.provider != new.provider
+}
+
+fn diff<T: PartialEq>(old: &[T], new: &[T], id: impl Fn(&T) -> &String, reset: impl Fn(&T, &T) -> bool) -> Changes {
+    let mut ch = Changes::default();
+    for n in new {
+        match old.iter().find(|o| id(o) == id(n)) {
+            None => ch.added.push(id(n).clone()),
+            Some(o) if o != n => {
+                ch.changed.push(id(n).clone());
+                if reset(o, n) {
+                    ch.reset.push(id(n).clone());
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    ch.removed = old.iter().filter(|o| !new.iter().any(|n| id(n) == id(o))).map(|o| id(o).clone()).collect();
+    ch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_names_added_removed_changed_and_reset() {
+        let old = vec![("a".to_owned(), 1), ("b".to_owned(), 1), ("c".to_owned(), 1)];
+        let new = vec![("a".to_owned(), 1), ("b".to_owned(), 2), ("c".to_owned(), 3), ("d".to_owned(), 1)];
+        let ch = diff(&old, &new, |x| &x.0, |o, n| n.1 - o.1 > 1);
+        assert_eq!(ch.added, ["d"]);
+        assert!(ch.removed.is_empty());
+        assert_eq!(ch.changed, ["b", "c"]);
+        assert_eq!(ch.reset, ["c"]);
+        let ch = diff(&new, &old[..1], |x| &x.0, |_, _| true);
+        assert_eq!(ch.removed, ["b", "c", "d"]);
+        assert!(ch.added.is_empty() && ch.changed.is_empty() && ch.reset.is_empty());
+    }
+}
