@@ -57,6 +57,15 @@ impl Default for SseParser {
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// The text of `bytes`, invalid sequences replaced (U+FFFD); valid text, the usual case, is
+/// checked by the standard library's word-at-a-time path and never copied.
+fn utf8(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
+}
+
 impl SseParser {
     /// A parser whose events may hold at most `limit` bytes.
     pub fn with_limit(limit: usize) -> Self {
@@ -114,7 +123,7 @@ impl SseParser {
             bytes = &bytes[1..];
         }
         self.after_cr = false;
-        while let Some(i) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(i) = memchr::memchr2(b'\n', b'\r', bytes) {
             if self.halt && self.overflowed {
                 return;
             }
@@ -227,8 +236,8 @@ impl SseParser {
         }
         if !self.data.is_empty() {
             let data = &self.data[..self.data.len() - 1];
-            let data = String::from_utf8_lossy(data);
-            let name = (!self.name.is_empty()).then(|| String::from_utf8_lossy(&self.name));
+            let data = utf8(data);
+            let name = (!self.name.is_empty()).then(|| utf8(&self.name));
             on_event(SseEvent { name: name.as_deref(), data: &data });
         }
         self.data.clear();
