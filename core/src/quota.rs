@@ -51,14 +51,22 @@ fn epoch_ms(v: &str) -> Option<u64> {
 
 /// Reads the quota headers of one response. `wall_now_ms` anchors absolute reset times.
 pub fn parse(headers: &[(&str, &str)], now: Instant, wall_now_ms: u64) -> Option<QuotaReport> {
+    // Most responses carry none of these headers: one look at the names, no lookups.
+    let quota_header = |n: &str| {
+        let n = n.as_bytes();
+        [&b"x-ratelimit-"[..], &b"anthropic-ratelimit-"[..]]
+            .iter()
+            .any(|p| n.len() > p.len() && n[..p.len()].eq_ignore_ascii_case(p))
+    };
+    if !headers.iter().any(|(n, _)| quota_header(n)) {
+        return None;
+    }
     let mut found: Vec<QuotaReport> = Vec::new();
     let after = |d: Duration| now.checked_add(d);
     let at_wall = |ms: u64| after(Duration::from_millis(ms.saturating_sub(wall_now_ms)));
-    for kind in ["requests", "tokens"] {
-        let r = header(headers, &format!("x-ratelimit-remaining-{kind}"));
-        let l = header(headers, &format!("x-ratelimit-limit-{kind}"));
-        if let Some(remaining) = fraction(r, l) {
-            let reset = header(headers, &format!("x-ratelimit-reset-{kind}")).and_then(parse_go_duration);
+    for [r, l, reset] in OPENAI {
+        if let Some(remaining) = fraction(header(headers, r), header(headers, l)) {
+            let reset = header(headers, reset).and_then(parse_go_duration);
             found.push(QuotaReport { remaining: Some(remaining), reset_at: reset.and_then(after), window: None });
         }
     }
@@ -66,23 +74,16 @@ pub fn parse(headers: &[(&str, &str)], now: Instant, wall_now_ms: u64) -> Option
         let reset = header(headers, "x-ratelimit-reset").and_then(epoch_ms).and_then(at_wall);
         found.push(QuotaReport { remaining: Some(remaining), reset_at: reset, window: None });
     }
-    for kind in ["requests", "tokens", "input-tokens", "output-tokens"] {
-        let r = header(headers, &format!("anthropic-ratelimit-{kind}-remaining"));
-        let l = header(headers, &format!("anthropic-ratelimit-{kind}-limit"));
-        if let Some(remaining) = fraction(r, l) {
-            let reset = header(headers, &format!("anthropic-ratelimit-{kind}-reset"))
-                .and_then(parse_rfc3339_ms)
-                .and_then(at_wall);
+    for [r, l, reset] in ANTHROPIC {
+        if let Some(remaining) = fraction(header(headers, r), header(headers, l)) {
+            let reset = header(headers, reset).and_then(parse_rfc3339_ms).and_then(at_wall);
             found.push(QuotaReport { remaining: Some(remaining), reset_at: reset, window: None });
         }
     }
-    for (name, window) in [("5h", 5 * 3_600), ("7d", 7 * 86_400)] {
-        let used: Option<f64> =
-            header(headers, &format!("anthropic-ratelimit-unified-{name}-utilization")).and_then(|v| v.parse().ok());
+    for (utilization, reset, window) in UNIFIED {
+        let used: Option<f64> = header(headers, utilization).and_then(|v| v.parse().ok());
         if let Some(u) = used.filter(|u| u.is_finite()) {
-            let reset = header(headers, &format!("anthropic-ratelimit-unified-{name}-reset"))
-                .and_then(epoch_ms)
-                .and_then(at_wall);
+            let reset = header(headers, reset).and_then(epoch_ms).and_then(at_wall);
             found.push(QuotaReport {
                 remaining: Some((1.0 - u).clamp(0.0, 1.0)),
                 reset_at: reset,
@@ -92,6 +93,34 @@ pub fn parse(headers: &[(&str, &str)], now: Instant, wall_now_ms: u64) -> Option
     }
     found.into_iter().min_by(|a, b| a.remaining.unwrap_or(1.0).total_cmp(&b.remaining.unwrap_or(1.0)))
 }
+
+/// Remaining, limit and reset, per kind (OpenAI style).
+const OPENAI: [[&str; 3]; 2] = [
+    ["x-ratelimit-remaining-requests", "x-ratelimit-limit-requests", "x-ratelimit-reset-requests"],
+    ["x-ratelimit-remaining-tokens", "x-ratelimit-limit-tokens", "x-ratelimit-reset-tokens"],
+];
+
+/// Remaining, limit and reset, per kind (Anthropic).
+const ANTHROPIC: [[&str; 3]; 4] = [
+    ["anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-reset"],
+    ["anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-reset"],
+    [
+        "anthropic-ratelimit-input-tokens-remaining",
+        "anthropic-ratelimit-input-tokens-limit",
+        "anthropic-ratelimit-input-tokens-reset",
+    ],
+    [
+        "anthropic-ratelimit-output-tokens-remaining",
+        "anthropic-ratelimit-output-tokens-limit",
+        "anthropic-ratelimit-output-tokens-reset",
+    ],
+];
+
+/// Utilization, reset and window length in seconds (Anthropic subscription windows).
+const UNIFIED: [(&str, &str, u64); 2] = [
+    ("anthropic-ratelimit-unified-5h-utilization", "anthropic-ratelimit-unified-5h-reset", 5 * 3_600),
+    ("anthropic-ratelimit-unified-7d-utilization", "anthropic-ratelimit-unified-7d-reset", 7 * 86_400),
+];
 
 #[cfg(test)]
 mod tests {

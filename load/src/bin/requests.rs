@@ -1,10 +1,11 @@
 //! Sends a fixed number of requests one after another through an in-process ferroute and
 //! exits, for counting instructions: run it under `valgrind --tool=callgrind` for two targets
 //! (or two counts) and subtract, and the difference is a repeatable per-request cost, free of
-//! the machine's timing noise. Everything (upstream, gateway, client) shares the one process.
+//! the machine's timing noise. `--target passthrough` gives the bare pass-through's cost, the
+//! yardstick for the gateway's: `scripts/instructions` runs all of it and prints the ratios. Everything (upstream, gateway, client) shares the one process.
 
 use clap::Parser;
-use load::{bench_model, bench_upstream, body, sequential, start_gateway};
+use load::{bench_model, bench_upstream, body, sequential, start_gateway, start_passthrough};
 use scenarios::serve_upstream;
 use std::sync::Arc;
 
@@ -13,6 +14,8 @@ use std::sync::Arc;
 enum Target {
     /// Straight to the scripted upstream.
     Direct,
+    /// Through the bare hyper pass-through (the overhead tool's yardstick).
+    Passthrough,
     /// Chat requests through ferroute to an OpenAI-format provider.
     Same,
     /// Chat requests through ferroute to an Anthropic-format provider (translated).
@@ -34,7 +37,8 @@ struct Cli {
     count: usize,
 }
 
-#[tokio::main]
+// One thread: no work stealing or idle spinning between workers, so the count repeats.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -44,6 +48,7 @@ async fn main() -> anyhow::Result<()> {
     let gw = start_gateway(Some(up), &data).await?;
     let (addr, prefix) = match cli.target {
         Target::Direct => (up, ""),
+        Target::Passthrough => (start_passthrough(up).await?, ""),
         Target::Same => (gw, "bench/"),
         Target::Translated => (gw, "bench-ant/"),
     };
