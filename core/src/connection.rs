@@ -136,7 +136,9 @@ impl ConnectionState {
         }
     }
 
-    /// The terminal state, if any.
+    /// The terminal state, if any (the gateway reads it through [`Self::status`] and
+    /// [`Self::availability`]; the unit tests read it here).
+    #[cfg(test)]
     pub fn terminal(&self) -> Option<TerminalState> {
         self.terminal
     }
@@ -156,7 +158,8 @@ impl ConnectionState {
         self.last_error_type
     }
 
-    /// The last error's message.
+    /// The last error's message (persisted with the state; the unit tests read it here).
+    #[cfg(test)]
     pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
     }

@@ -313,6 +313,12 @@ pub struct StateExpect {
     /// M4: the connection's usage-limit lane (`off`, `active`, `guard`, `budget_exhausted`).
     #[serde(default)]
     pub lane: Option<String>,
+    /// Whether the connection is cooling down (health shows `rate_limited_until`).
+    #[serde(default)]
+    pub cooling: Option<bool>,
+    /// The last upstream status the connection failed with (health's `last_error_code`).
+    #[serde(default)]
+    pub error_code: Option<u16>,
 }
 
 /// Upstream calls, checked at the end.

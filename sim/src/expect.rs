@@ -48,6 +48,17 @@ pub(crate) fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::
                     problems.push(format!("connection {c} has {left} ms of cooldown left (expected {lo}..={hi})"));
                 }
             }
+            if let Some(want) = e.cooling
+                && st.rate_limited_until(now).is_some() != want
+            {
+                let until = st.rate_limited_until(now).map(|u| ms(u.saturating_duration_since(h.base)));
+                problems.push(format!("connection {c} cooling until {until:?} (expected cooling={want})"));
+            }
+            if let Some(want) = e.error_code
+                && st.error_code() != Some(want)
+            {
+                problems.push(format!("connection {c} last failed with {:?} (expected {want})", st.error_code()));
+            }
             if let Some(want) = &e.lane {
                 let got = eng.lane_view(c, now).as_str();
                 if got != want {
