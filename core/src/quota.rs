@@ -102,7 +102,11 @@ const OPENAI: [[&str; 3]; 2] = [
 
 /// Remaining, limit and reset, per kind (Anthropic).
 const ANTHROPIC: [[&str; 3]; 4] = [
-    ["anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-reset"],
+    [
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-reset",
+    ],
     ["anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-reset"],
     [
         "anthropic-ratelimit-input-tokens-remaining",
