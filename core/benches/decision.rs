@@ -37,14 +37,37 @@ fn decision(c: &mut Criterion) {
         let mut engine = Engine::new(settings.clone(), 1);
         let mut now = start();
         b.iter(|| {
-            now += Duration::from_millis(200);
-            if let Selection::Pick { index, ticket } =
-                engine.select(now, &cands, &Route::new(Strategy::RoundRobin, "bench"), &skip)
-            {
-                let outcome = AttemptOutcome::Upstream { status: 429, headers: HEADERS, body: BODY };
-                black_box(engine.record(now, &cands[index], "openai", ticket, outcome, false, false, None));
+            // An hour on, every cooldown and lockout of earlier iterations has passed, so each
+            // iteration is one whole decision: a pick among 8, a 429 classified and recorded.
+            now += Duration::from_secs(3600);
+            match engine.select(now, &cands, &Route::new(Strategy::RoundRobin, "bench"), &skip) {
+                Selection::Pick { index, ticket } => {
+                    let outcome = AttemptOutcome::Upstream { status: 429, headers: HEADERS, body: BODY };
+                    black_box(engine.record(now, &cands[index], "openai", ticket, outcome, false, false, None));
+                }
+                other => panic!("every key is available again an hour later: {other:?}"),
             }
             while engine.poll_event().is_some() {}
+        });
+    });
+
+    // Every key cooling: the decision is a refusal with the soonest retry.
+    c.bench_function("select_none_of_8_cooling", |b| {
+        let mut engine = Engine::new(settings.clone(), 1);
+        let now = start();
+        let long: &[(&str, &str)] = &[("content-type", "application/json"), ("retry-after", "3600")];
+        for c in &cands {
+            if let Selection::Pick { ticket, .. } =
+                engine.select(now, std::slice::from_ref(c), &Route::new(Strategy::RoundRobin, "bench"), &skip)
+            {
+                let outcome = AttemptOutcome::Upstream { status: 429, headers: long, body: BODY };
+                engine.record(now, c, "openai", ticket, outcome, false, false, None);
+            }
+        }
+        while engine.poll_event().is_some() {}
+        b.iter(|| match engine.select(now, &cands, &Route::new(Strategy::RoundRobin, "bench"), &skip) {
+            Selection::NoneEligible(excluded) => black_box(excluded),
+            other => panic!("every key is cooling: {other:?}"),
         });
     });
 
