@@ -143,9 +143,13 @@ pub struct Fault {
     pub action: FaultAction,
     /// One side.
     pub a: String,
-    /// The other side (empty for `restart`).
+    /// The other side (empty for `restart` and `reload`).
     #[serde(default)]
     pub b: String,
+    /// `reload`: the gateway's new config (TOML, as the scenario's `gateway`; the simulated
+    /// clients' key is added the same way). An invalid one is refused, as in production.
+    #[serde(default)]
+    pub gateway: Option<String>,
 }
 
 /// Network fault kinds (turmoil's).
@@ -164,6 +168,9 @@ pub enum FaultAction {
     /// (a scenario with a restart keeps the gateway's state in SQLite on disk, as production
     /// does). Requests in flight at that moment are lost, so scenarios restart between them.
     Restart,
+    /// Reload the config of host `a` (only `gateway`) from `gateway`, as SIGHUP or the admin
+    /// endpoint does: requests in flight finish on the config they started with.
+    Reload,
 }
 
 /// Expectations.

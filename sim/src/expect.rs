@@ -15,7 +15,7 @@ pub(crate) fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::
         return;
     };
     let now = h.base + Duration::from_millis(t.saturating_sub(ms(h.e0)));
-    let gw = Arc::clone(&h.gw);
+    let gw = h.gw();
     let mut problems = Vec::new();
     gw.with_engine(|eng| {
         if let (Some(p), Some(want)) = (&e.provider, &e.breaker) {
@@ -104,7 +104,7 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
     // is held.
     let mut leaks: Vec<String> = Vec::new();
     if let Some(h) = &s.gateway {
-        let gw = &h.gw;
+        let gw = &h.gw();
         let busy: Vec<String> = gw
             .queue_depths()
             .into_iter()

@@ -136,8 +136,20 @@ pub fn generate(seed: u64) -> Scenario {
     }
     // The gateway's link to `host` fails at `at` and heals `for_ms` later.
     let mut cut = |host: String, at: u64, for_ms: u64| {
-        faults.push(Fault { at_ms: at, action: FaultAction::Partition, a: "gateway".into(), b: host.clone() });
-        faults.push(Fault { at_ms: at + for_ms, action: FaultAction::Repair, a: "gateway".into(), b: host });
+        faults.push(Fault {
+            at_ms: at,
+            action: FaultAction::Partition,
+            a: "gateway".into(),
+            b: host.clone(),
+            gateway: None,
+        });
+        faults.push(Fault {
+            at_ms: at + for_ms,
+            action: FaultAction::Repair,
+            a: "gateway".into(),
+            b: host,
+            gateway: None,
+        });
     };
     for p in 0..providers {
         if rng.random_bool(0.4) {

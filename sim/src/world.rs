@@ -12,6 +12,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use proxy::config::Config;
 use proxy::gateway::{Gateway, Observed, Tap};
+use proxy::reload::{Loader, Serving};
 use proxy::{Persistence, build_observed};
 use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -66,9 +67,17 @@ impl RunResult {
 }
 
 pub(crate) struct GatewayHandle {
-    pub(crate) gw: Arc<Gateway<SimConnector>>,
+    /// The gateway being served (a reload swaps it; see [`GatewayHandle::gw`]).
+    pub(crate) serving: Arc<Serving<SimConnector>>,
     pub(crate) base: Instant,
     pub(crate) e0: Duration,
+}
+
+impl GatewayHandle {
+    /// The gateway a request arriving now would use.
+    pub(crate) fn gw(&self) -> Arc<Gateway<SimConnector>> {
+        self.serving.current()
+    }
 }
 
 #[derive(Default)]
@@ -80,6 +89,8 @@ pub(crate) struct Shared {
     cuts: BTreeMap<String, Vec<(u64, Option<u64>)>>,
     /// When the gateway was restarted (its open connections die with it).
     restarts: Vec<u64>,
+    /// The config text the next reload reads (set by a `reload` fault just before it).
+    next_config: Option<String>,
 }
 
 impl Shared {
@@ -124,14 +135,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         lock(&shared).rec.violate(0, format!("the scenario is invalid: {problem}"));
         return finish(scenario, seed, &shared, Duration::ZERO, wall_start);
     }
-    let no_env = |_: &str| None;
-    // Simulated clients are not on loopback: give them a key unless the scenario has its own.
-    let gateway_text = if scenario.gateway.contains("[[keys]]") {
-        scenario.gateway.clone()
-    } else {
-        format!("[[keys]]\nid = \"sim\"\nkey = \"{SIM_CLIENT_KEY}\"\n{}", scenario.gateway)
-    };
-    let config = match Config::from_toml_str(&gateway_text, &no_env, &[]) {
+    let config = match load_config(&scenario.gateway) {
         Ok(c) => c,
         Err(e) => {
             lock(&shared).rec.violate(0, format!("the scenario's gateway config is invalid: {e}"));
@@ -208,12 +212,19 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                 let wall = WALL_START_MS + ms(e0);
                 let gw = build_observed(config, SimConnector, persistence, wall, proxy_seed, Some(tap))
                     .map_err(|e| e.to_string())?;
+                // A reload reads the text the `reload` fault left; no text, no reload.
+                let next = Arc::clone(&shared);
+                let loader: Loader = Box::new(move || {
+                    let text = lock(&next).next_config.take().unwrap_or_default();
+                    load_config(&text)
+                });
+                let serving = Serving::new(gw, Some(loader));
                 if ms(e0) > 0 {
                     lock(&shared).rec.note(ms(e0), "gateway started again".into());
                 }
-                lock(&shared).gateway = Some(GatewayHandle { gw: Arc::clone(&gw), base, e0 });
+                lock(&shared).gateway = Some(GatewayHandle { serving: Arc::clone(&serving), base, e0 });
                 let listener = SimListener::bind(GATEWAY_PORT).await?;
-                proxy::serve::serve_gateway(gw, listener, std::future::pending()).await;
+                proxy::serve::serve_live(serving, listener, std::future::pending()).await;
                 Ok(())
             }
         });
@@ -323,6 +334,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                 FaultAction::Hold => sim.hold(f.a.as_str(), f.b.as_str()),
                 FaultAction::Release => sim.release(f.a.as_str(), f.b.as_str()),
                 FaultAction::Restart => sim.bounce(f.a.as_str()),
+                FaultAction::Reload => reload(&shared, f, t),
             }
             let mut s = lock(&shared);
             // A client on either end of a partition with the gateway: what it misses meanwhile
@@ -376,6 +388,45 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     finish(scenario, seed, &shared, simulated, wall_start)
 }
 
+/// The scenario's gateway config, with the simulated clients' key unless it has keys of its
+/// own (simulated clients are not on loopback).
+fn load_config(text: &str) -> Result<Config, proxy::config::ConfigError> {
+    let no_env = |_: &str| None;
+    let text = if text.contains("[[keys]]") {
+        text.to_owned()
+    } else {
+        format!("[[keys]]\nid = \"sim\"\nkey = \"{SIM_CLIENT_KEY}\"\n{text}")
+    };
+    Config::from_toml_str(&text, &no_env, &[])
+}
+
+/// A `reload` fault: the gateway reads `f.gateway` as its config file, as on SIGHUP.
+fn reload(shared: &Arc<Mutex<Shared>>, f: &scenarios::scenario::Fault, t: u64) {
+    let serving = {
+        let mut s = lock(shared);
+        s.next_config.clone_from(&f.gateway);
+        s.gateway.as_ref().map(|h| Arc::clone(&h.serving))
+    };
+    // Not under the lock: the reload reports state changes to the observer, which takes it.
+    let line = match serving.map(|s| s.reload()) {
+        None => "config reload: the gateway is not running".to_owned(),
+        Some(Ok(r)) => format!(
+            "config {} (providers +{:?} -{:?} reset {:?}; connections +{:?} -{:?} reset {:?}; combos +{:?} -{:?})",
+            r.status,
+            r.providers.added,
+            r.providers.removed,
+            r.providers.reset,
+            r.connections.added,
+            r.connections.removed,
+            r.connections.reset,
+            r.combos.added,
+            r.combos.removed
+        ),
+        Some(Err(e)) => format!("config reload refused: {}", e.to_string().trim_end().replace('\n', " ")),
+    };
+    lock(shared).rec.note(t, line);
+}
+
 /// Host names must be unique and every fault must name known hosts (turmoil would panic).
 fn check_hosts(scenario: &Scenario) -> Result<(), String> {
     let mut hosts = std::collections::BTreeSet::from(["gateway".to_owned()]);
@@ -391,9 +442,15 @@ fn check_hosts(scenario: &Scenario) -> Result<(), String> {
     }
     let clients: std::collections::BTreeSet<&str> = scenario.workload.iter().map(|w| w.client.as_str()).collect();
     for f in &scenario.faults {
-        if f.action == FaultAction::Restart {
+        if matches!(f.action, FaultAction::Restart | FaultAction::Reload) {
             if f.a != "gateway" || !f.b.is_empty() {
-                return Err(format!("the restart at {} ms must name a = \"gateway\" and no b", f.at_ms));
+                return Err(format!("the {:?} at {} ms must name a = \"gateway\" and no b", f.action, f.at_ms));
+            }
+            if (f.action == FaultAction::Reload) != f.gateway.is_some() {
+                return Err(format!(
+                    "the fault at {} ms: a reload, and only a reload, names a gateway config",
+                    f.at_ms
+                ));
             }
             continue;
         }
