@@ -11,7 +11,7 @@ use ferroute_core::engine::AttemptOutcome;
 use ferroute_core::sse::{MAX_EVENT_BYTES, SseEvent, SseParser};
 use ferroute_core::watchdog::{STREAM_THROUGHPUT_TOO_LOW, Verdict, Watchdog, classify_sse};
 use http::{HeaderValue, Response};
-use http_body_util::{BodyExt, channel::Channel};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::Connect;
 use std::io;
@@ -36,7 +36,7 @@ pub enum StreamEnd {
 }
 
 /// Usage accounting and permit release for one stream, exactly once: by `finish`, or by
-/// `Drop` if the relay task is cancelled.
+/// `Drop` when the client's response body is dropped first (the client went away).
 pub struct Finalizer<C: Connect + Clone + Send + Sync + 'static> {
     attempt: Attempt<C>,
     slots: Vec<Slot<C>>,
@@ -149,17 +149,33 @@ impl Downstream {
     }
 }
 
-/// Starts relaying `resp` to the client; returns the client's response at once.
+/// Starts relaying `resp` to the client; returns the client's response at once. The relay is
+/// the response body itself: each upstream frame is parsed, watched and passed on (or
+/// translated) when the client's connection asks for the next one, with no task or channel
+/// in between; a client that goes away drops the body, which finalises the stream.
 pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
     fin: Finalizer<C>,
     resp: Response<Incoming>,
     to: Relay,
 ) -> Response<Body> {
-    let (tx, body) = Channel::<Bytes, io::Error>::new(16);
     let status = resp.status();
-    let upstream = resp.into_body();
-    let down = Downstream { api: to.api, translator: to.translator, events: Vec::new() };
-    tokio::spawn(pump(fin, upstream, tx, down, to.idle_budget));
+    let gw = std::sync::Arc::clone(&fin.attempt.gw);
+    let now = gw.clock.now();
+    let parser = match to.translator {
+        Some(_) => SseParser::default().halting(),
+        None => SseParser::default(),
+    };
+    let body = RelayBody {
+        upstream: resp.into_body(),
+        watchdog: Watchdog::new(gw.config.resilience.watchdog_config(), now),
+        down: Downstream { api: to.api, translator: to.translator, events: Vec::new() },
+        parser,
+        idle: Box::pin(tokio::time::sleep(to.idle_budget)),
+        idle_budget: to.idle_budget,
+        last_frame: tokio::time::Instant::now(),
+        out: std::collections::VecDeque::new(),
+        fin: Some(fin),
+    };
     let mut out = Response::new(body.boxed());
     *out.status_mut() = status;
     let h = out.headers_mut();
@@ -171,80 +187,122 @@ pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
     out
 }
 
-async fn pump<C: Connect + Clone + Send + Sync + 'static>(
-    fin: Finalizer<C>,
-    mut upstream: Incoming,
-    mut tx: http_body_util::channel::Sender<Bytes, io::Error>,
-    mut down: Downstream,
+/// The client's response body: pulls the upstream's frames as the client takes them.
+///
+/// The watchdog judges the stream as its events arrive (as the reference does): a timer would
+/// catch the window between two evenly spaced chunks and abort a stream running at exactly the
+/// minimum rate. A silent upstream is the execution budget's job: a stream that sends nothing
+/// at all for that long is ended, so a client never hangs. The watchdog reads the provider's
+/// events; the client gets them translated when its API differs.
+struct RelayBody<C: Connect + Clone + Send + Sync + 'static> {
+    upstream: Incoming,
+    watchdog: Watchdog,
+    down: Downstream,
+    parser: SseParser,
+    /// Fires at `last_frame + idle_budget` or earlier; moved on only when it fires early.
+    idle: std::pin::Pin<Box<tokio::time::Sleep>>,
     idle_budget: std::time::Duration,
-) {
-    let gw = std::sync::Arc::clone(&fin.attempt.gw);
-    let cfg = gw.config.resilience.watchdog_config();
-    let mut watchdog = Watchdog::new(cfg, gw.clock.now());
-    let mut parser = match down.translator {
-        Some(_) => SseParser::default().halting(),
-        None => SseParser::default(),
-    };
-    // The watchdog judges the stream as its events arrive (as the reference does): a timer
-    // would catch the window between two evenly spaced chunks and abort a stream running at
-    // exactly the minimum rate. A silent upstream is the execution budget's job: a stream that
-    // sends nothing at all for that long is ended, so a client never hangs. The watchdog reads
-    // the provider's events; the client gets them translated when its API differs.
-    let end = loop {
-        let Ok(next) = tokio::time::timeout(idle_budget, upstream.frame()).await else {
-            let msg = format!("the upstream sent nothing for {} ms (execution_max_wait_ms)", idle_budget.as_millis());
-            if let Some(b) = down.error("RATE_LIMIT_EXECUTION_TIMEOUT", &msg) {
-                let _ = tx.send_data(b).await;
+    last_frame: tokio::time::Instant,
+    /// What the client gets next, in order.
+    out: std::collections::VecDeque<Bytes>,
+    /// `None` once the stream has ended (finalised).
+    fin: Option<Finalizer<C>>,
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> RelayBody<C> {
+    /// Ends the stream: `last` (an error or closing event) goes out after what is queued.
+    fn end(&mut self, end: StreamEnd, last: Option<Bytes>) {
+        self.out.extend(last);
+        if let Some(fin) = self.fin.take() {
+            fin.finish(end);
+        }
+    }
+
+    /// One upstream data frame.
+    fn frame(&mut self, data: Bytes) {
+        let Some(fin) = &self.fin else { return };
+        let now = fin.attempt.gw.clock.now();
+        let mut abort = false;
+        let (watchdog, down) = (&mut self.watchdog, &mut self.down);
+        self.parser.feed(&data, |ev| {
+            if let Verdict::Abort { .. } = watchdog.observe(now, classify_sse(ev.name, ev.data)) {
+                abort = true;
             }
-            break StreamEnd::Silent;
-        };
-        match next {
-            None => {
-                if let Some(b) = down.finish() {
-                    let _ = tx.send_data(b).await;
-                }
-                break StreamEnd::Completed;
+            down.event(ev);
+        });
+        self.out.extend(self.down.data(data));
+        // Passed through, an oversized event still reaches the client byte for byte;
+        // translated, it would be lost: end the stream saying so instead.
+        if self.down.translator.is_some() && self.parser.overflowed() {
+            let msg = format!("an upstream event exceeded {MAX_EVENT_BYTES} bytes and cannot be translated");
+            let last = self.down.error("upstream_event_too_large", &msg);
+            self.end(StreamEnd::TooLarge, last);
+        } else if abort {
+            let last = self.down.error(STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted");
+            self.end(StreamEnd::TooSlow, last);
+        }
+    }
+}
+
+impl<C: Connect + Clone + Send + Sync + 'static> hyper::body::Body for RelayBody<C> {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, io::Error>>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        loop {
+            if let Some(b) = this.out.pop_front() {
+                return Poll::Ready(Some(Ok(hyper::body::Frame::data(b))));
             }
-            Some(Err(e)) => {
-                if let Some(b) = down.error("upstream_stream_error", &format!("the upstream stream broke off: {e}")) {
-                    let _ = tx.send_data(b).await;
-                }
-                break StreamEnd::UpstreamBroke;
+            if this.fin.is_none() {
+                return Poll::Ready(None);
             }
-            Some(Ok(frame)) => {
-                let Ok(data) = frame.into_data() else { continue };
-                let mut abort = false;
-                let now = gw.clock.now();
-                parser.feed(&data, |ev| {
-                    if let Verdict::Abort { .. } = watchdog.observe(now, classify_sse(ev.name, ev.data)) {
-                        abort = true;
-                    }
-                    down.event(ev);
-                });
-                if let Some(out) = down.data(data)
-                    && tx.send_data(out).await.is_err()
-                {
-                    break StreamEnd::ClientGone;
+            match std::pin::Pin::new(&mut this.upstream).poll_frame(cx) {
+                Poll::Ready(None) => {
+                    let last = this.down.finish();
+                    this.end(StreamEnd::Completed, last);
                 }
-                // Passed through, an oversized event still reaches the client byte for byte;
-                // translated, it would be lost: end the stream saying so instead.
-                if down.translator.is_some() && parser.overflowed() {
-                    let msg = format!("an upstream event exceeded {MAX_EVENT_BYTES} bytes and cannot be translated");
-                    if let Some(b) = down.error("upstream_event_too_large", &msg) {
-                        let _ = tx.send_data(b).await;
-                    }
-                    break StreamEnd::TooLarge;
+                Poll::Ready(Some(Err(e))) => {
+                    let msg = format!("the upstream stream broke off: {e}");
+                    let last = this.down.error("upstream_stream_error", &msg);
+                    this.end(StreamEnd::UpstreamBroke, last);
                 }
-                if abort {
-                    if let Some(b) =
-                        down.error(STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted")
-                    {
-                        let _ = tx.send_data(b).await;
+                Poll::Ready(Some(Ok(frame))) => {
+                    this.last_frame = tokio::time::Instant::now();
+                    if let Ok(data) = frame.into_data() {
+                        this.frame(data);
                     }
-                    break StreamEnd::TooSlow;
+                }
+                Poll::Pending => {
+                    // The timer is armed for the budget after some earlier frame; when it fires
+                    // and frames came since, it is moved to the budget after the last one (not
+                    // re-armed per frame).
+                    loop {
+                        if this.idle.as_mut().poll(cx).is_pending() {
+                            return Poll::Pending;
+                        }
+                        let deadline = this.last_frame + this.idle_budget;
+                        if tokio::time::Instant::now() >= deadline {
+                            break;
+                        }
+                        this.idle.as_mut().reset(deadline);
+                    }
+                    let msg = format!(
+                        "the upstream sent nothing for {} ms (execution_max_wait_ms)",
+                        this.idle_budget.as_millis()
+                    );
+                    let last = this.down.error("RATE_LIMIT_EXECUTION_TIMEOUT", &msg);
+                    this.end(StreamEnd::Silent, last);
                 }
             }
         }
-    };
-    fin.finish(end);
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.fin.is_none() && self.out.is_empty()
+    }
 }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 pub type Event = (Option<String>, String);
 
 /// A stream translator.
-pub trait Translate: Send {
+pub trait Translate: Send + Sync {
     /// One upstream event; the translated events are appended to `out`.
     fn push(&mut self, name: Option<&str>, data: &str, out: &mut Vec<Event>);
     /// The upstream ended cleanly: close whatever is still open.
