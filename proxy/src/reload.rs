@@ -84,15 +84,15 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
             )]));
         };
         let result = loader().and_then(|new| self.swap(new));
-        let old = self.current();
+        let serving = self.current();
         match &result {
             Ok(r) => {
-                old.metrics.config_reload("ok");
+                serving.metrics.config_reload("ok");
                 tracing::info!(
                     status = r.status,
-                    providers = old.config.providers.len(),
-                    connections = old.config.connections.len(),
-                    combos = old.config.combos.len(),
+                    providers = serving.config.providers.len(),
+                    connections = serving.config.connections.len(),
+                    combos = serving.config.combos.len(),
                     added = ?[&r.providers.added[..], &r.connections.added[..], &r.combos.added[..]].concat(),
                     removed = ?[&r.providers.removed[..], &r.connections.removed[..], &r.combos.removed[..]].concat(),
                     reset = ?[&r.providers.reset[..], &r.connections.reset[..]].concat(),
@@ -103,7 +103,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
                 }
             }
             Err(e) => {
-                old.metrics.config_reload("refused");
+                serving.metrics.config_reload("refused");
                 tracing::error!(problems = e.0.len(), "config reload refused; the running config is kept");
                 for p in &e.0 {
                     tracing::error!("  {p}");

@@ -91,6 +91,8 @@ pub(crate) struct Shared {
     restarts: Vec<u64>,
     /// The config text the next reload reads (set by a `reload` fault just before it).
     next_config: Option<String>,
+    /// Wakes the gateway host to reload (it must run there, on the simulated clock).
+    reload: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -219,6 +221,17 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                     load_config(&text)
                 });
                 let serving = Serving::new(gw, Some(loader));
+                // A `reload` fault wakes this task: the reload runs inside the gateway host, on its
+                // simulated clock, as a SIGHUP runs inside the process.
+                let wake = Arc::clone(&lock(&shared).reload);
+                let (reloading, noted) = (Arc::clone(&serving), Arc::clone(&shared));
+                tokio::spawn(async move {
+                    loop {
+                        wake.notified().await;
+                        let line = reload_line(reloading.reload());
+                        lock(&noted).rec.note(ms(sim_now()), line);
+                    }
+                });
                 if ms(e0) > 0 {
                     lock(&shared).rec.note(ms(e0), "gateway started again".into());
                 }
@@ -400,17 +413,21 @@ fn load_config(text: &str) -> Result<Config, proxy::config::ConfigError> {
     Config::from_toml_str(&text, &no_env, &[])
 }
 
-/// A `reload` fault: the gateway reads `f.gateway` as its config file, as on SIGHUP.
+/// A `reload` fault: the gateway host reads `f.gateway` as its config file, as on SIGHUP.
 fn reload(shared: &Arc<Mutex<Shared>>, f: &scenarios::scenario::Fault, t: u64) {
-    let serving = {
-        let mut s = lock(shared);
-        s.next_config.clone_from(&f.gateway);
-        s.gateway.as_ref().map(|h| Arc::clone(&h.serving))
-    };
-    // Not under the lock: the reload reports state changes to the observer, which takes it.
-    let line = match serving.map(|s| s.reload()) {
-        None => "config reload: the gateway is not running".to_owned(),
-        Some(Ok(r)) => format!(
+    let mut s = lock(shared);
+    if s.gateway.is_none() {
+        s.rec.note(t, "config reload: the gateway is not running".into());
+        return;
+    }
+    s.next_config.clone_from(&f.gateway);
+    s.reload.notify_one();
+}
+
+/// The trace line of a reload's outcome.
+fn reload_line(r: Result<proxy::reload::Report, proxy::config::ConfigError>) -> String {
+    match r {
+        Ok(r) => format!(
             "config {} (providers +{:?} -{:?} reset {:?}; connections +{:?} -{:?} reset {:?}; combos +{:?} -{:?})",
             r.status,
             r.providers.added,
@@ -422,9 +439,8 @@ fn reload(shared: &Arc<Mutex<Shared>>, f: &scenarios::scenario::Fault, t: u64) {
             r.combos.added,
             r.combos.removed
         ),
-        Some(Err(e)) => format!("config reload refused: {}", e.to_string().trim_end().replace('\n', " ")),
-    };
-    lock(shared).rec.note(t, line);
+        Err(e) => format!("config reload refused: {}", e.to_string().trim_end().replace('\n', " ")),
+    }
 }
 
 /// Host names must be unique and every fault must name known hosts (turmoil would panic).
