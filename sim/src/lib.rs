@@ -7,6 +7,7 @@
 pub mod check;
 mod client;
 mod expect;
+mod faults;
 pub mod net;
 pub mod report;
 pub mod svg;

@@ -4,13 +4,13 @@
 use crate::check::{Outcome, Recorder, Violation};
 use crate::client::request;
 use crate::expect::{check_state, end_checks};
+use crate::faults::{check_hosts, load_config, reload, reload_line};
 use crate::net::{SimConnector, SimListener};
 use bytes::Bytes;
 use ferroute_core::strategy::stable_hash;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use proxy::config::Config;
 use proxy::gateway::{Gateway, Observed, Tap};
 use proxy::reload::{Loader, Serving};
 use proxy::{Persistence, build_observed};
@@ -90,9 +90,9 @@ pub(crate) struct Shared {
     /// When the gateway was restarted (its open connections die with it).
     restarts: Vec<u64>,
     /// The config text the next reload reads (set by a `reload` fault just before it).
-    next_config: Option<String>,
+    pub(crate) next_config: Option<String>,
     /// Wakes the gateway host to reload (it must run there, on the simulated clock).
-    reload: Arc<tokio::sync::Notify>,
+    pub(crate) reload: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -399,84 +399,6 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     drop(sim);
     drop(state_dir);
     finish(scenario, seed, &shared, simulated, wall_start)
-}
-
-/// The scenario's gateway config, with the simulated clients' key unless it has keys of its
-/// own (simulated clients are not on loopback).
-fn load_config(text: &str) -> Result<Config, proxy::config::ConfigError> {
-    let no_env = |_: &str| None;
-    let text = if text.contains("[[keys]]") {
-        text.to_owned()
-    } else {
-        format!("[[keys]]\nid = \"sim\"\nkey = \"{SIM_CLIENT_KEY}\"\n{text}")
-    };
-    Config::from_toml_str(&text, &no_env, &[])
-}
-
-/// A `reload` fault: the gateway host reads `f.gateway` as its config file, as on SIGHUP.
-fn reload(shared: &Arc<Mutex<Shared>>, f: &scenarios::scenario::Fault, t: u64) {
-    let mut s = lock(shared);
-    if s.gateway.is_none() {
-        s.rec.note(t, "config reload: the gateway is not running".into());
-        return;
-    }
-    s.next_config.clone_from(&f.gateway);
-    s.reload.notify_one();
-}
-
-/// The trace line of a reload's outcome.
-fn reload_line(r: Result<proxy::reload::Report, proxy::config::ConfigError>) -> String {
-    match r {
-        Ok(r) => format!(
-            "config {} (providers +{:?} -{:?} reset {:?}; connections +{:?} -{:?} reset {:?}; combos +{:?} -{:?})",
-            r.status,
-            r.providers.added,
-            r.providers.removed,
-            r.providers.reset,
-            r.connections.added,
-            r.connections.removed,
-            r.connections.reset,
-            r.combos.added,
-            r.combos.removed
-        ),
-        Err(e) => format!("config reload refused: {}", e.to_string().trim_end().replace('\n', " ")),
-    }
-}
-
-/// Host names must be unique and every fault must name known hosts (turmoil would panic).
-fn check_hosts(scenario: &Scenario) -> Result<(), String> {
-    let mut hosts = std::collections::BTreeSet::from(["gateway".to_owned()]);
-    for u in &scenario.upstreams {
-        if !hosts.insert(u.host.clone()) {
-            return Err(format!("upstream host {:?} is defined twice (or is named \"gateway\")", u.host));
-        }
-    }
-    for w in &scenario.workload {
-        if hosts.contains(&w.client) {
-            return Err(format!("client {:?} has the name of a host", w.client));
-        }
-    }
-    let clients: std::collections::BTreeSet<&str> = scenario.workload.iter().map(|w| w.client.as_str()).collect();
-    for f in &scenario.faults {
-        if matches!(f.action, FaultAction::Restart | FaultAction::Reload) {
-            if f.a != "gateway" || !f.b.is_empty() {
-                return Err(format!("the {:?} at {} ms must name a = \"gateway\" and no b", f.action, f.at_ms));
-            }
-            if (f.action == FaultAction::Reload) != f.gateway.is_some() {
-                return Err(format!(
-                    "the fault at {} ms: a reload, and only a reload, names a gateway config",
-                    f.at_ms
-                ));
-            }
-            continue;
-        }
-        for h in [&f.a, &f.b] {
-            if !hosts.contains(h) && !clients.contains(h.as_str()) {
-                return Err(format!("fault at {} ms names unknown host {h:?}", f.at_ms));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn finish(
