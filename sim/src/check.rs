@@ -169,6 +169,14 @@ impl Recorder {
         self.violations.push(Violation { at_ms, what });
     }
 
+    /// The gateway process started again: request ids start again from 0 in the new process
+    /// (requests in flight at the restart were aborted), so per-request counts start afresh.
+    pub fn started_again(&mut self, at_ms: u64) {
+        self.note(at_ms, "gateway started again".into());
+        self.attempts.clear();
+        self.sent.clear();
+    }
+
     fn open_span(&mut self, lane: String, state: &str, at: u64) {
         self.close_span(&lane, at);
         self.spans.push(Span { lane, state: state.to_owned(), from_ms: at, to_ms: None, note: String::new() });
@@ -344,11 +352,14 @@ impl Recorder {
                     let t = t.as_str();
                     self.violate(at, format!("terminal state {t} of {connection} overwritten by a cooldown"));
                 }
+                // While a cooldown runs, a new one is announced only to end later (a longer hint);
+                // one that ends earlier or at the same moment changes nothing and is not announced.
                 if let Some(prev) = self.cooling_until.get(&**connection).copied()
                     && prev > at
-                    && u < prev
+                    && u <= prev
                 {
-                    self.violate(at, format!("the cooldown of {connection} moved earlier, from {prev} ms to {u} ms"));
+                    let how = if u < prev { "moved earlier" } else { "was announced again, not extended" };
+                    self.violate(at, format!("the cooldown of {connection} {how}, from {prev} ms to {u} ms"));
                 }
                 self.cooling_until.insert(connection.to_string(), u);
                 self.spans.push(Span {

@@ -233,7 +233,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                     }
                 });
                 if ms(e0) > 0 {
-                    lock(&shared).rec.note(ms(e0), "gateway started again".into());
+                    lock(&shared).rec.started_again(ms(e0));
                 }
                 lock(&shared).gateway = Some(GatewayHandle { serving: Arc::clone(&serving), base, e0 });
                 let listener = SimListener::bind(GATEWAY_PORT).await?;
