@@ -84,6 +84,10 @@ pub struct ConnectionSnapshot {
     pub terminal: Option<TerminalState>,
     /// Remaining cooldown in ms (0 = none).
     pub cooldown_remaining_ms: u64,
+    /// How long ago the last cooldown ended, in ms, when it has ended and the ladder has not
+    /// restarted yet (so that a quiet spanning a restart still restarts the ladder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown_ended_ms_ago: Option<u64>,
     /// Length of the last cooldown in ms.
     pub last_cooldown_ms: u64,
     /// Backoff level.
@@ -345,6 +349,7 @@ impl ConnectionState {
         ConnectionSnapshot {
             terminal: self.terminal,
             cooldown_remaining_ms: self.rate_limited_until.map_or(0, |u| ms(u.saturating_duration_since(now))),
+            cooldown_ended_ms_ago: self.rate_limited_until.filter(|u| *u <= now).map(|u| ms(now - u)),
             last_cooldown_ms: ms(self.last_cooldown),
             backoff_level: self.backoff_level,
             last_error: self.last_error.clone(),
@@ -362,7 +367,13 @@ impl ConnectionState {
         let d = Duration::from_millis;
         ConnectionState {
             terminal: s.terminal,
-            rate_limited_until: (s.cooldown_remaining_ms > 0).then(|| now + d(s.cooldown_remaining_ms)),
+            // An ended cooldown keeps its deadline in the past (the quiet since then counts);
+            // one further back than this process's own past is forgotten.
+            rate_limited_until: if s.cooldown_remaining_ms > 0 {
+                Some(now + d(s.cooldown_remaining_ms))
+            } else {
+                s.cooldown_ended_ms_ago.and_then(|ago| now.checked_sub(d(ago)))
+            },
             last_cooldown: d(s.last_cooldown_ms),
             backoff_level: s.backoff_level,
             last_error: s.last_error.clone(),

@@ -255,6 +255,25 @@ fn snapshot_round_trip() {
     assert_eq!(r.last_error_type(), Some(Reason::RateLimitExceeded));
 }
 
+#[test]
+fn a_quiet_spanning_a_restart_still_restarts_the_ladder() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    fail(&mut c, now, ProviderClass::ApiKey, 429, "rate limit");
+    fail(&mut c, now + S(3), ProviderClass::ApiKey, 429, "rate limit");
+    assert_eq!((c.backoff_level(), c.rate_limited_until(now + S(3))), (2, Some(now + S(9))));
+    // Saved 4 s after the cooldown ended, restored 100 s later (the store ages the snapshot by
+    // the downtime): 104 s of quiet, longer than the 6 s cooldown served.
+    let snap = c.snapshot(now + S(13));
+    assert_eq!((snap.cooldown_remaining_ms, snap.cooldown_ended_ms_ago), (0, Some(4_000)));
+    let aged = ConnectionSnapshot { cooldown_ended_ms_ago: Some(104_000), ..snap };
+    let later = now + S(500);
+    let r = ConnectionState::restore(&aged, later);
+    assert_eq!((r.backoff_level(), r.level_for(later)), (2, 0));
+    // Saved while cooling: nothing has ended yet.
+    assert_eq!(c.snapshot(now + S(5)).cooldown_ended_ms_ago, None);
+}
+
 // ---- model-based property test ----
 
 #[derive(Debug, Clone)]
