@@ -154,7 +154,8 @@ impl ModelLockouts {
         Self::default()
     }
 
-    /// Records a failure; returns the lock's cooldown. Keeps the longer lock when one exists.
+    /// Records a failure; returns the time left on the lock now in force. Keeps the longer lock
+    /// when one exists (its time left is returned then, not the shorter one this failure asked for).
     pub fn record_failure(&mut self, now: Instant, cfg: &LockoutConfig, req: &LockRequest<'_>) -> Duration {
         let scope = resolve_scope(req.status, req.scope);
         let subject = match (scope, req.family) {
@@ -184,6 +185,9 @@ impl ModelLockouts {
             Some(existing) if existing.until > until => {
                 existing.failure_count = existing.failure_count.max(failure_count);
                 existing.last_failure_at = now;
+                let left = existing.until - now;
+                self.evict(now);
+                return left;
             }
             slot => {
                 let lock = Lock {
@@ -463,8 +467,10 @@ mod tests {
         r.exact_cooldown = Some(Duration::from_secs(600));
         l.record_failure(now, &c, &r);
         r.exact_cooldown = Some(Duration::from_secs(10));
-        l.record_failure(now, &c, &r);
-        assert_eq!(l.remaining(now, "codex", "c1", "m", None).map(|x| x.0), Some(Duration::from_secs(600)));
+        // The kept lock's time left is what the failure reports (and the event announces).
+        let later = now + Duration::from_secs(1);
+        assert_eq!(l.record_failure(later, &c, &r), Duration::from_secs(599));
+        assert_eq!(l.remaining(later, "codex", "c1", "m", None).map(|x| x.0), Some(Duration::from_secs(599)));
     }
 
     #[test]
