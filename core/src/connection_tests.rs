@@ -256,6 +256,19 @@ fn snapshot_round_trip() {
 }
 
 #[test]
+fn the_stored_message_is_cut_at_500_characters() {
+    let now = t0();
+    let mut c = ConnectionState::new();
+    let d = decide(ProviderClass::ApiKey, 429, &[], "rate limit", 0);
+    // 600 two-byte characters: cut at the 500th character, never inside one.
+    c.record_failure(now, &d, &"é".repeat(600), false);
+    assert_eq!(c.last_error(), Some("é".repeat(500).as_str()));
+    let mut short = ConnectionState::new();
+    short.record_failure(now, &d, "exactly this", false);
+    assert_eq!(short.last_error(), Some("exactly this"));
+}
+
+#[test]
 fn a_quiet_spanning_a_restart_still_restarts_the_ladder() {
     let now = t0();
     let mut c = ConnectionState::new();
