@@ -229,25 +229,19 @@ impl ModelLockouts {
     }
 
     /// A healthy response: halve every failure count for this model; a count reaching 0
-    /// removes its lockout. Returns whether everything for it is now cleared.
-    pub fn decay(&mut self, provider: &str, connection: &str, model: &str, family: Option<&str>) -> bool {
-        let Some(bucket) = self.locks.get_mut(connection) else { return false };
-        let mut seen = 0;
-        let mut dropped = 0;
+    /// removes its lockout.
+    pub fn decay(&mut self, provider: &str, connection: &str, model: &str, family: Option<&str>) {
+        let Some(bucket) = self.locks.get_mut(connection) else { return };
         bucket.retain_mut(|l| {
             if !l.covers(provider, model, family) {
                 return true;
             }
-            seen += 1;
             l.failure_count /= 2;
-            let keep = l.failure_count > 0;
-            dropped += usize::from(!keep);
-            keep
+            l.failure_count > 0
         });
         if bucket.is_empty() {
             self.locks.remove(connection);
         }
-        seen > 0 && seen == dropped
     }
 
     /// Removes the locks of one model on one connection; returns whether any existed.
@@ -438,11 +432,13 @@ mod tests {
         let t = now + Duration::from_millis(1_100);
         assert_eq!(l.record_failure(t, &c, &req("m", 502, None)), Duration::from_secs(2));
         assert_eq!(l.list(t)[0].failure_count, 2);
-        assert!(!l.decay("codex", "c1", "m", None));
+        l.decay("codex", "c1", "m", None);
         assert_eq!(l.list(t)[0].failure_count, 1);
-        assert!(l.decay("codex", "c1", "m", None));
+        l.decay("codex", "c1", "m", None);
         assert!(l.remaining(t, "codex", "c1", "m", None).is_none(), "the lockout disappears when decay reaches 0");
-        assert!(!l.decay("codex", "c1", "m", None));
+        assert!(l.list(t).is_empty());
+        l.decay("codex", "c1", "m", None);
+        assert!(l.list(t).is_empty());
     }
 
     #[test]
