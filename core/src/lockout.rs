@@ -244,29 +244,25 @@ impl ModelLockouts {
         }
     }
 
-    /// Removes the locks of one model on one connection; returns whether any existed.
-    pub fn clear(&mut self, provider: &str, connection: &str, model: &str) -> bool {
-        let Some(bucket) = self.locks.get_mut(connection) else { return false };
+    /// Removes the locks of one model on one connection; returns how many there were.
+    pub fn clear(&mut self, provider: &str, connection: &str, model: &str) -> usize {
+        let Some(bucket) = self.locks.get_mut(connection) else { return 0 };
         let before = bucket.len();
         bucket.retain(|l| {
             !(l.provider == provider
                 && (l.subject.eq_ignore_ascii_case(model.trim()) || l.model.eq_ignore_ascii_case(model)))
         });
-        let removed = before != bucket.len();
+        let removed = before - bucket.len();
         if bucket.is_empty() {
             self.locks.remove(connection);
         }
         removed
     }
 
-    /// Removes one model's locks on every connection of a provider.
-    pub fn clear_model(&mut self, provider: &str, model: &str) -> bool {
+    /// Removes one model's locks on every connection of a provider; returns how many there were.
+    pub fn clear_model(&mut self, provider: &str, model: &str) -> usize {
         let connections: Vec<String> = self.locks.keys().cloned().collect();
-        let mut removed = false;
-        for c in connections {
-            removed |= self.clear(provider, &c, model);
-        }
-        removed
+        connections.iter().map(|c| self.clear(provider, c, model)).sum()
     }
 
     /// Removes every lock of one connection (its key changed); returns how many there were.
@@ -480,10 +476,10 @@ mod tests {
         l.record_failure(now, &c, &r);
         l.record_failure(now, &c, &req("m2", 503, None));
         assert_eq!(l.list(now).len(), 3);
-        assert!(l.clear("codex", "c1", "m2"));
-        assert!(l.clear_model("codex", "m1"));
+        assert_eq!(l.clear("codex", "c1", "m2"), 1);
+        assert_eq!(l.clear_model("codex", "m1"), 2);
         assert!(l.list(now).is_empty());
-        assert!(!l.clear("codex", "c1", "m2"));
+        assert_eq!(l.clear("codex", "c1", "m2"), 0);
         l.record_failure(now, &c, &req("m2", 503, None));
         assert_eq!(l.clear_all(), 1);
         assert!(l.list(now + Duration::from_secs(121)).is_empty());

@@ -143,7 +143,8 @@ pub async fn clear_lockouts<C: Connect + Clone + Send + Sync + 'static>(
     let field =
         |k: &str| body.get(k).and_then(|v| v.as_str()).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
     if body.get("all").and_then(|v| v.as_bool()) == Some(true) {
-        let n = gw.with_engine(|e| e.lockouts_mut().clear_all());
+        let n = gw.with_engine(|e| e.clear_lockouts(None));
+        gw.settle();
         return json_response(200, serde_json::json!({"ok": true, "clearedAll": true, "removed": n}).to_string());
     }
     let (Some(provider), Some(model)) = (field("provider"), field("model")) else {
@@ -153,11 +154,10 @@ pub async fn clear_lockouts<C: Connect + Clone + Send + Sync + 'static>(
         )
         .into_response();
     };
-    let removed = match field("connection") {
-        Some(c) => gw.with_engine(|e| e.lockouts_mut().clear(&provider, &c, &model)),
-        None => gw.with_engine(|e| e.lockouts_mut().clear_model(&provider, &model)),
-    };
-    json_response(200, serde_json::json!({"ok": true, "removed": removed}).to_string())
+    let connection = field("connection");
+    let removed = gw.with_engine(|e| e.clear_lockouts(Some((&provider, connection.as_deref(), &model))));
+    gw.settle();
+    json_response(200, serde_json::json!({"ok": true, "removed": removed > 0}).to_string())
 }
 
 /// `GET|POST /api/resilience/emergency-fallback`: read or switch the M16 emergency target

@@ -252,7 +252,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                     | Event::ConnectionRecovered { connection } => {
                         conns.insert(connection.to_string());
                     }
-                    Event::Lockout { .. } | Event::Pin(_) | Event::Lane { .. } => {}
+                    Event::Lockout { .. } | Event::LockoutsCleared { .. } | Event::Pin(_) | Event::Lane { .. } => {}
                 }
             }
             let breakers: Vec<_> = providers
@@ -535,6 +535,16 @@ fn log_event(ev: &Event, clock: &Clock) {
         Event::ConnectionRecovered { connection } => tracing::info!(%connection, "connection recovered"),
         Event::Lockout { provider, connection, model, cooldown } => {
             tracing::info!(%provider, %connection, %model, cooldown_ms = ms(*cooldown), "model locked out")
+        }
+        Event::LockoutsCleared { provider, connection, model, removed } => {
+            let any = |v: &Option<Arc<str>>| v.as_deref().unwrap_or("*").to_owned();
+            tracing::info!(
+                provider = any(provider),
+                connection = any(connection),
+                model = any(model),
+                removed,
+                "model lockouts cleared"
+            )
         }
         // Session keys may carry client identifiers: pins are logged at debug level only.
         Event::Pin(PinEvent::Set { provider, connection, .. }) => {

@@ -158,7 +158,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
             }
             for c in &connections.reset {
                 e.reset_connection(c);
-                e.lockouts_mut().clear_connection(c);
+                e.clear_connection_lockouts(c);
             }
         });
         gw.settle();

@@ -82,6 +82,18 @@ pub enum Event {
         /// Its length.
         cooldown: Duration,
     },
+    /// Model lockouts were cleared by an operator (or with their connection's key): those of
+    /// `model` on `connection` of `provider`, each field narrowing; all `None` is every lockout.
+    LockoutsCleared {
+        /// Provider, when one was named.
+        provider: Option<Arc<str>>,
+        /// Connection, when one was named.
+        connection: Option<Arc<str>>,
+        /// Model, when one was named.
+        model: Option<Arc<str>>,
+        /// How many locks went.
+        removed: usize,
+    },
 }
 
 /// Configs derived from the settings once, not per decision.
@@ -265,9 +277,32 @@ impl Engine {
         &self.lockouts
     }
 
-    /// The model lockouts, mutably (clear).
-    pub fn lockouts_mut(&mut self) -> &mut ModelLockouts {
-        &mut self.lockouts
+    /// M17: clears model lockouts: `model` on `connection` of `provider`, `model` on every
+    /// connection of `provider` (no connection), or every lockout (nothing named). Returns how
+    /// many locks went; a clear that removed any is announced.
+    pub fn clear_lockouts(&mut self, target: Option<(&str, Option<&str>, &str)>) -> usize {
+        let removed = match target {
+            Some((provider, Some(connection), model)) => self.lockouts.clear(provider, connection, model),
+            Some((provider, None, model)) => self.lockouts.clear_model(provider, model),
+            None => self.lockouts.clear_all(),
+        };
+        if removed > 0 {
+            let provider = target.map(|(p, _, _)| self.intern(p));
+            let connection = target.and_then(|(_, c, _)| c).map(|c| self.intern(c));
+            let model = target.map(|(_, _, m)| self.intern(m));
+            self.push(Event::LockoutsCleared { provider, connection, model, removed });
+        }
+        removed
+    }
+
+    /// Forgets every lock of one connection (its key or provider changed); announced as a clear.
+    pub fn clear_connection_lockouts(&mut self, connection: &str) -> usize {
+        let removed = self.lockouts.clear_connection(connection);
+        if removed > 0 {
+            let connection = Some(self.intern(connection));
+            self.push(Event::LockoutsCleared { provider: None, connection, model: None, removed });
+        }
+        removed
     }
 
     /// The next event, oldest first.
@@ -298,7 +333,7 @@ impl Engine {
 
     /// Operator reset: every breaker closed, every lockout cleared. Returns the breaker count.
     pub fn reset_all(&mut self, now: Instant) -> usize {
-        self.lockouts.clear_all();
+        self.clear_lockouts(None);
         self.breakers.reset_all(now)
     }
 
