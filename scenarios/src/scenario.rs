@@ -99,9 +99,12 @@ pub struct Workload {
     /// Function tools the request offers.
     #[serde(default)]
     pub tools: u32,
-    /// Another endpoint to `POST` to (`/api/v1/session-leases`), instead of the inference one.
+    /// Another endpoint to call (`/api/v1/session-leases`), instead of the inference one.
     #[serde(default)]
     pub path: Option<String>,
+    /// The method (`POST`, `DELETE` or `GET`; `POST` when not named).
+    #[serde(default)]
+    pub method: Method,
     /// The exact JSON body to send, instead of a generated request.
     #[serde(default)]
     pub body: Option<String>,
@@ -111,6 +114,30 @@ pub struct Workload {
     /// The bound of `before_headers` and `random` aborts (ms).
     #[serde(default)]
     pub abort_after_ms: u64,
+}
+
+/// The HTTP method of a workload's requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Method {
+    /// `POST` (inference, leases, admin actions).
+    #[default]
+    Post,
+    /// `DELETE` (clearing model lockouts).
+    Delete,
+    /// `GET` (health, listings).
+    Get,
+}
+
+impl Method {
+    /// The method as `http` spells it.
+    pub fn as_http(self) -> http::Method {
+        match self {
+            Method::Post => http::Method::POST,
+            Method::Delete => http::Method::DELETE,
+            Method::Get => http::Method::GET,
+        }
+    }
 }
 
 /// How a client gives up (a person presses Ctrl-C, an agent's tool call times out).

@@ -48,7 +48,9 @@ pub(crate) async fn request(
             .collect();
         body["tools"] = tools.into();
     }
-    let mut b = http::Request::post(format!("http://gateway:{GATEWAY_PORT}{path}"))
+    let mut b = http::Request::builder()
+        .method(w.method.as_http())
+        .uri(format!("http://gateway:{GATEWAY_PORT}{path}"))
         .header("content-type", "application/json")
         .header("authorization", format!("Bearer {SIM_CLIENT_KEY}"));
     for (k, v) in &w.headers {

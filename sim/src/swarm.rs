@@ -123,6 +123,7 @@ pub fn generate(seed: u64) -> Scenario {
             pad_bytes: 0,
             tools: 0,
             path: None,
+            method: Default::default(),
             body: None,
             // Some groups are impatient clients: expected aborts, which must never count.
             abort: match rng.random_range(0..8u32) {
@@ -182,6 +183,7 @@ pub fn generate(seed: u64) -> Scenario {
             pad_bytes: 0,
             tools: 0,
             path: None,
+            method: Default::default(),
             body: None,
             abort: None,
             abort_after_ms: 0,

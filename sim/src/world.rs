@@ -467,6 +467,7 @@ pub fn bench_scenario() -> Scenario {
             pad_bytes: 0,
             tools: 0,
             path: None,
+            method: Default::default(),
             body: None,
             abort: None,
             abort_after_ms: 0,
