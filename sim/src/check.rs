@@ -431,14 +431,16 @@ impl Recorder {
                 let named = |v: &Option<std::sync::Arc<str>>| v.as_deref().unwrap_or("*").to_owned();
                 let (p, c, m) = (named(provider), named(connection), named(model));
                 self.note(at, format!("lockouts cleared: {p}/{m} on {c} ({removed})"));
+                // Named as the gateway matches them: ids exactly, the model trimmed and in any case.
                 let hit = |v: &Option<std::sync::Arc<str>>, x: &str| v.as_deref().is_none_or(|v| v == x);
+                let model_hit = |x: &str| model.as_deref().is_none_or(|m| m.trim().eq_ignore_ascii_case(x));
                 self.locked_until
-                    .retain(|(lp, lc, lm), _| !(hit(provider, lp) && hit(connection, lc) && hit(model, lm)));
+                    .retain(|(lp, lc, lm), _| !(hit(provider, lp) && hit(connection, lc) && model_hit(lm)));
                 for span in self.spans.iter_mut().filter(|s| s.state == "locked") {
                     let mut parts = span.lane.trim_start_matches("lock:").splitn(3, '/');
                     let (lp, lc, lm) =
                         (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-                    if hit(provider, lp) && hit(connection, lc) && hit(model, lm) && span.to_ms.is_none_or(|t| t > at) {
+                    if hit(provider, lp) && hit(connection, lc) && model_hit(lm) && span.to_ms.is_none_or(|t| t > at) {
                         span.to_ms = Some(at);
                     }
                 }
