@@ -362,6 +362,41 @@ impl ConnectionState {
         }
     }
 
+    /// Merges another replica's state of this connection (shared state) at `now`. Its terminal
+    /// state is taken when this one has none (one is never overwritten); its cooldown is taken
+    /// when it ends later than this one's (the later deadline wins), at the higher backoff level.
+    pub fn merge_replica(&mut self, s: &ConnectionSnapshot, now: Instant) -> Applied {
+        let d = Duration::from_millis;
+        if self.terminal.is_some() {
+            return Applied::Unchanged;
+        }
+        if let Some(state) = s.terminal {
+            self.terminal = Some(state);
+            self.expired_retries = s.expired_retries;
+            self.expired_retry_at = s.expired_retry_in_ms.map(|m| now + d(m));
+            self.take_error(s);
+            return Applied::Terminal(state);
+        }
+        if s.cooldown_remaining_ms == 0 {
+            return Applied::Unchanged;
+        }
+        let until = now + d(s.cooldown_remaining_ms);
+        if self.rate_limited_until.is_some_and(|mine| mine >= until) {
+            return Applied::Unchanged;
+        }
+        self.rate_limited_until = Some(until);
+        self.last_cooldown = d(s.last_cooldown_ms);
+        self.backoff_level = self.backoff_level.max(s.backoff_level);
+        self.take_error(s);
+        Applied::Cooldown { until, level: self.backoff_level }
+    }
+
+    fn take_error(&mut self, s: &ConnectionSnapshot) {
+        self.last_error.clone_from(&s.last_error);
+        self.last_error_type = s.last_error_type;
+        self.error_code = s.error_code;
+    }
+
     /// Rebuilds the state from a snapshot at `now`.
     pub fn restore(s: &ConnectionSnapshot, now: Instant) -> Self {
         let d = Duration::from_millis;

@@ -211,6 +211,47 @@ impl ModelLockouts {
         cooldown
     }
 
+    /// Merges another replica's lock of `model` on `connection` (shared state), ending at
+    /// `until`: taken when it ends later than every lock of this replica covering the model (the
+    /// later deadline wins). Returns its time left when taken.
+    pub fn merge_replica(
+        &mut self,
+        now: Instant,
+        (provider, connection, model): (&str, &str, &str),
+        reason: Reason,
+        until: Instant,
+    ) -> Option<Duration> {
+        if until <= now {
+            return None;
+        }
+        let bucket = self.locks.entry(connection.to_owned()).or_default();
+        let longest = bucket.iter().filter(|l| l.covers(provider, model, None)).map(|l| l.until).max();
+        match longest {
+            Some(mine) if mine >= until => return None,
+            Some(_) => {
+                for l in bucket.iter_mut().filter(|l| l.covers(provider, model, None)) {
+                    l.until = until;
+                    l.reason = reason;
+                    l.last_failure_at = now;
+                    l.last_cooldown = until - now;
+                }
+            }
+            None => bucket.push(Lock {
+                provider: provider.to_owned(),
+                subject: model.trim().to_lowercase(),
+                scope: LockScope::Exact,
+                reason,
+                until,
+                failure_count: 1,
+                last_failure_at: now,
+                last_cooldown: until - now,
+                model: model.to_owned(),
+            }),
+        }
+        self.evict(now);
+        Some(until - now)
+    }
+
     /// Time left on any lock covering this model on this connection.
     pub fn remaining(
         &self,

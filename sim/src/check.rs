@@ -316,6 +316,7 @@ impl Recorder {
                     TransitionReason::ProbeFailed { cycle } => format!("probe failed, cycle {cycle}"),
                     TransitionReason::Recovered => "recovered".to_owned(),
                     TransitionReason::ManualReset => "reset by an operator".to_owned(),
+                    TransitionReason::Replica => "another replica's breaker moved".to_owned(),
                 };
                 let probe = until.map(|u| format!(", probe from {}", secs(u))).unwrap_or_default();
                 self.note(

@@ -63,6 +63,9 @@ pub enum TransitionReason {
     Recovered,
     /// An operator reset the breaker.
     ManualReset,
+    /// Another replica's state moved it: its breaker opened or closed, or its failure was the
+    /// one that reached a threshold here (shared state).
+    Replica,
 }
 
 /// A state change, as it leaves the breaker.
@@ -287,8 +290,7 @@ impl Breaker {
         self.failure_count
     }
 
-    /// Consecutive failed-probe cycles (tests; the snapshot carries them).
-    #[cfg(test)]
+    /// Consecutive failed-probe cycles (shared with other replicas; the snapshot carries them).
     pub fn open_cycle_count(&self) -> u32 {
         self.open_cycle_count
     }
@@ -353,7 +355,7 @@ impl Breaker {
         }
         match outcome {
             Outcome::Success => self.on_success_flowing(),
-            Outcome::Failure { connection } => self.on_failure_flowing(now, connection),
+            Outcome::Failure { connection } => self.on_failure_flowing(now, connection, false),
             Outcome::Ignored => {}
         }
     }
@@ -370,6 +372,50 @@ impl Breaker {
         self.generation += 1;
         self.state = BreakerState::Closed;
         self.emit(from, BreakerState::Closed, TransitionReason::ManualReset);
+    }
+
+    /// A provider-level failure another replica counted (shared state): counted here as an
+    /// ordinary failure of `connection`, deduplicated per connection as local ones are.
+    pub fn record_replica_failure(&mut self, now: Instant, connection: &str) {
+        self.refresh(now);
+        if matches!(self.state, BreakerState::Closed | BreakerState::Degraded) {
+            self.on_failure_flowing(now, Some(connection), true);
+        }
+    }
+
+    /// Another replica's breaker opened until `until` after `cycles` failed-probe cycles: this
+    /// one is open until then too. The later deadline wins; a deadline already past is ignored.
+    pub fn open_from_replica(&mut self, now: Instant, until: Instant, cycles: u32) {
+        self.refresh(now);
+        if until <= now {
+            return;
+        }
+        self.open_cycle_count = self.open_cycle_count.max(cycles);
+        match (self.state, self.open_until) {
+            (BreakerState::Open, Some(mine)) if mine >= until => {}
+            (BreakerState::Open, _) => self.open_until = Some(until),
+            _ => {
+                self.open_until = Some(until);
+                self.probes_in_flight = 0;
+                self.generation += 1;
+                self.transition(BreakerState::Open, TransitionReason::Replica);
+            }
+        }
+    }
+
+    /// Another replica's probe succeeded (or an operator reset its breaker): closed here too,
+    /// every counter zeroed.
+    pub fn close_from_replica(&mut self, now: Instant) {
+        self.refresh(now);
+        self.failure_count = 0;
+        self.open_cycle_count = 0;
+        self.last_failure_at = None;
+        self.dedupe.clear();
+        if self.state != BreakerState::Closed {
+            self.probes_in_flight = 0;
+            self.generation += 1;
+            self.transition(BreakerState::Closed, TransitionReason::Replica);
+        }
     }
 
     fn handle_probe_outcome(&mut self, now: Instant, ticket: Ticket, outcome: Outcome<'_>) {
@@ -404,7 +450,9 @@ impl Breaker {
         }
     }
 
-    fn on_failure_flowing(&mut self, now: Instant, connection: Option<&str>) {
+    /// A failure while traffic flows; `replica` when another replica counted it (a move it
+    /// causes is then the replica's, and not shared again).
+    fn on_failure_flowing(&mut self, now: Instant, connection: Option<&str>, replica: bool) {
         if let Some(conn) = connection
             && self.is_duplicate(now, conn)
         {
@@ -413,10 +461,11 @@ impl Breaker {
         self.failure_count = self.failure_count.saturating_add(1);
         self.last_failure_at = Some(now);
         // (Closed | Degraded) => Open, Closed => Degraded
+        let why = |local| if replica { TransitionReason::Replica } else { local };
         if self.failure_count >= self.config.failure_threshold {
-            self.open(now, TransitionReason::FailureThreshold);
+            self.open(now, why(TransitionReason::FailureThreshold));
         } else if self.state == BreakerState::Closed && self.failure_count >= self.config.degradation_threshold {
-            self.transition(BreakerState::Degraded, TransitionReason::DegradationThreshold);
+            self.transition(BreakerState::Degraded, why(TransitionReason::DegradationThreshold));
         }
     }
 

@@ -152,6 +152,8 @@ pub struct Engine {
     /// Interned ids, so that events name providers, connections and models without
     /// allocating on every failure.
     ids: BTreeMap<String, Arc<str>>,
+    /// Changes collected for other replicas, when sharing (see [`shared`]).
+    outbox: Option<Vec<shared::Pending>>,
 }
 
 /// Cap on undrained events.
@@ -175,6 +177,7 @@ impl Engine {
             rng: ChaCha8Rng::seed_from_u64(seed),
             events: VecDeque::new(),
             ids: BTreeMap::new(),
+            outbox: None,
         }
     }
 
@@ -281,6 +284,18 @@ impl Engine {
     /// connection of `provider` (no connection), or every lockout (nothing named). Returns how
     /// many locks went; a clear that removed any is announced.
     pub fn clear_lockouts(&mut self, target: Option<(&str, Option<&str>, &str)>) -> usize {
+        if self.outbox.is_some() {
+            let (provider, connection, model) = match target {
+                Some((p, c, m)) => (Some(self.intern(p)), c.map(|c| self.intern(c)), Some(self.intern(m))),
+                None => (None, None, None),
+            };
+            self.collect(shared::Pending::Cleared { provider, connection, model });
+        }
+        self.clear_lockouts_quietly(target)
+    }
+
+    /// [`Engine::clear_lockouts`] without sharing the clear (it came from another replica).
+    fn clear_lockouts_quietly(&mut self, target: Option<(&str, Option<&str>, &str)>) -> usize {
         let removed = match target {
             Some((provider, Some(connection), model)) => self.lockouts.clear(provider, connection, model),
             Some((provider, None, model)) => self.lockouts.clear_model(provider, model),
@@ -308,6 +323,7 @@ impl Engine {
     /// The next event, oldest first.
     pub fn poll_event(&mut self) -> Option<Event> {
         if let Some(t) = self.breakers.poll_event() {
+            self.collect_transition(&t);
             return Some(Event::Breaker(t));
         }
         if let Some(e) = self.events.pop_front() {
@@ -495,6 +511,10 @@ impl Engine {
             Outcome::Ignored
         };
         self.breakers.get_or_insert(c.provider, bcfg, now).handle_outcome(now, ticket, breaker_outcome);
+        if self.outbox.is_some() && matches!(breaker_outcome, Outcome::Failure { .. }) {
+            let (provider, connection) = (self.intern(c.provider), self.intern(c.connection));
+            self.collect(shared::Pending::Failure { provider, connection });
+        }
         let pc = &self.derived.provider_cooldown;
         if pc.enabled {
             if d.trips_breaker {
@@ -518,6 +538,10 @@ impl Engine {
                 self.push(Event::ConnectionTerminal { connection, state })
             }
             Applied::Unchanged => {}
+        }
+        if self.outbox.is_some() && applied != Applied::Unchanged {
+            let connection = self.intern(c.connection);
+            self.collect(shared::Pending::Connection { connection, reason: d.reason });
         }
         self.maybe_lock(now, c, d);
     }
@@ -547,6 +571,11 @@ impl Engine {
         };
         let cooldown = self.lockouts.record_failure(now, lc, &req);
         let (provider, connection, model) = (self.intern(c.provider), self.intern(c.connection), self.intern(c.model));
+        if self.outbox.is_some() {
+            let (provider, connection, model) = (Arc::clone(&provider), Arc::clone(&connection), Arc::clone(&model));
+            let until = now + cooldown;
+            self.collect(shared::Pending::Lockout { provider, connection, model, reason: d.reason, until });
+        }
         self.push(Event::Lockout { provider, connection, model, cooldown });
     }
 
@@ -577,7 +606,10 @@ impl Engine {
 mod candidate;
 mod outcome;
 mod route;
+mod shared;
 mod usage;
+
+pub use shared::SharedChange;
 
 use usage::Usage;
 

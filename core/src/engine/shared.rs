@@ -1,0 +1,284 @@
+//! Resilience state shared between replicas (several gateways behind one load balancer): the
+//! changes this replica's own outcomes make, in a form another replica applies through the same
+//! state machines, and how it merges them. A replica keeps deciding from its own state; these
+//! changes only travel beside it (the proxy carries them through its state backend).
+//!
+//! Merging: a provider-level failure counts towards the breaker's threshold on every replica,
+//! deduplicated per connection as a local one is; an open breaker's deadline, a connection's
+//! cooldown and a model lockout take the later deadline; a terminal state is never overwritten;
+//! a probe that succeeds (or an operator's reset) closes the breaker everywhere. A change this
+//! replica applies is never collected again, so changes do not echo between replicas.
+
+use super::{Engine, Event};
+use crate::breaker::{BreakerState, BreakerTransition, TransitionReason};
+use crate::connection::{Applied, ConnectionSnapshot};
+use crate::types::{ProviderClass, Reason};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One change to share, with its times as durations from when it was taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SharedChange {
+    /// A provider-level failure of `connection`, counted towards `provider`'s breaker.
+    ProviderFailure {
+        /// Provider id.
+        provider: String,
+        /// Connection id.
+        connection: String,
+    },
+    /// `provider`'s breaker opened (or its probe failed again).
+    BreakerOpened {
+        /// Provider id.
+        provider: String,
+        /// Time until it admits a probe, in ms.
+        open_remaining_ms: u64,
+        /// Consecutive failed-probe cycles.
+        open_cycle_count: u32,
+    },
+    /// `provider`'s breaker closed after a probe succeeded, or an operator reset it.
+    BreakerClosed {
+        /// Provider id.
+        provider: String,
+    },
+    /// A connection started a cooldown or became terminal: its state.
+    Connection {
+        /// Connection id.
+        connection: String,
+        /// Why.
+        reason: Reason,
+        /// Its state when taken.
+        snapshot: ConnectionSnapshot,
+    },
+    /// A model lockout was recorded (or kept a longer one).
+    Lockout {
+        /// Provider id.
+        provider: String,
+        /// Connection id.
+        connection: String,
+        /// The model.
+        model: String,
+        /// Why.
+        reason: Reason,
+        /// Time left on it, in ms.
+        remaining_ms: u64,
+    },
+    /// An operator cleared model lockouts: each field narrows; all `None` is every lockout.
+    LockoutsCleared {
+        /// Provider, when one was named.
+        provider: Option<String>,
+        /// Connection, when one was named.
+        connection: Option<String>,
+        /// Model, when one was named.
+        model: Option<String>,
+    },
+}
+
+impl SharedChange {
+    /// The change as seen `elapsed` later (it spent that long in transit or in the store): its
+    /// remaining times shortened, floored at zero.
+    pub fn aged(mut self, elapsed: Duration) -> SharedChange {
+        let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        match &mut self {
+            SharedChange::BreakerOpened { open_remaining_ms, .. } => {
+                *open_remaining_ms = open_remaining_ms.saturating_sub(ms);
+            }
+            SharedChange::Lockout { remaining_ms, .. } => *remaining_ms = remaining_ms.saturating_sub(ms),
+            SharedChange::Connection { snapshot, .. } => {
+                let s = snapshot;
+                if s.cooldown_remaining_ms > 0 && s.cooldown_remaining_ms <= ms {
+                    s.cooldown_ended_ms_ago = Some(ms - s.cooldown_remaining_ms);
+                }
+                s.cooldown_remaining_ms = s.cooldown_remaining_ms.saturating_sub(ms);
+                s.expired_retry_in_ms = s.expired_retry_in_ms.map(|m| m.saturating_sub(ms));
+            }
+            SharedChange::ProviderFailure { .. }
+            | SharedChange::BreakerClosed { .. }
+            | SharedChange::LockoutsCleared { .. } => {}
+        }
+        self
+    }
+
+    /// The state this change replaces when stored as the latest of its kind (one per provider,
+    /// connection or lock); `None` for changes that are only passed on (failures, clears).
+    pub fn store_key(&self) -> Option<String> {
+        match self {
+            SharedChange::BreakerOpened { provider, .. } | SharedChange::BreakerClosed { provider } => {
+                Some(format!("breaker:{provider}"))
+            }
+            SharedChange::Connection { connection, .. } => Some(format!("connection:{connection}")),
+            SharedChange::Lockout { provider, connection, model, .. } => {
+                Some(format!("lockout:{provider}:{connection}:{}", model.trim().to_lowercase()))
+            }
+            SharedChange::ProviderFailure { .. } | SharedChange::LockoutsCleared { .. } => None,
+        }
+    }
+}
+
+/// A change collected before it is taken (times still instants).
+#[derive(Debug, Clone)]
+pub(super) enum Pending {
+    Failure { provider: Arc<str>, connection: Arc<str> },
+    Opened { provider: String, until: Instant },
+    Closed { provider: String },
+    Connection { connection: Arc<str>, reason: Reason },
+    Lockout { provider: Arc<str>, connection: Arc<str>, model: Arc<str>, reason: Reason, until: Instant },
+    Cleared { provider: Option<Arc<str>>, connection: Option<Arc<str>>, model: Option<Arc<str>> },
+}
+
+/// Cap on collected changes not yet taken; the oldest go first.
+const OUTBOX_CAP: usize = 4096;
+
+impl Engine {
+    /// Starts (or stops) collecting the changes this replica's own outcomes make.
+    pub fn set_sharing(&mut self, on: bool) {
+        self.outbox = on.then(Vec::new);
+    }
+
+    /// Whether changes are collected.
+    pub fn is_sharing(&self) -> bool {
+        self.outbox.is_some()
+    }
+
+    pub(super) fn collect(&mut self, p: Pending) {
+        if let Some(out) = &mut self.outbox {
+            if out.len() >= OUTBOX_CAP {
+                out.remove(0);
+            }
+            out.push(p);
+        }
+    }
+
+    /// Collects a breaker transition this replica made (never one another replica's caused).
+    pub(super) fn collect_transition(&mut self, t: &BreakerTransition) {
+        if self.outbox.is_none() {
+            return;
+        }
+        match (t.to, t.reason, t.open_until) {
+            (_, TransitionReason::Replica, _) => {}
+            (BreakerState::Open, _, Some(until)) => {
+                self.collect(Pending::Opened { provider: t.provider.clone(), until });
+            }
+            (BreakerState::Closed, TransitionReason::ProbeSucceeded | TransitionReason::ManualReset, _) => {
+                self.collect(Pending::Closed { provider: t.provider.clone() });
+            }
+            _ => {}
+        }
+    }
+
+    /// The changes collected since the last call, with their times measured from `now`. Drain
+    /// the events first ([`Engine::poll_event`]): breaker transitions are collected as they
+    /// leave the engine.
+    pub fn take_shared(&mut self, now: Instant) -> Vec<SharedChange> {
+        let Some(out) = &mut self.outbox else { return Vec::new() };
+        let pending = std::mem::take(out);
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        pending
+            .into_iter()
+            .map(|p| match p {
+                Pending::Failure { provider, connection } => {
+                    SharedChange::ProviderFailure { provider: provider.to_string(), connection: connection.to_string() }
+                }
+                Pending::Opened { provider, until } => {
+                    let open_cycle_count = self.breakers.get(&provider).map_or(0, |b| b.open_cycle_count());
+                    SharedChange::BreakerOpened {
+                        provider,
+                        open_remaining_ms: ms(until.saturating_duration_since(now)),
+                        open_cycle_count,
+                    }
+                }
+                Pending::Closed { provider } => SharedChange::BreakerClosed { provider },
+                Pending::Connection { connection, reason } => SharedChange::Connection {
+                    snapshot: self.connection(&connection).snapshot(now),
+                    connection: connection.to_string(),
+                    reason,
+                },
+                Pending::Lockout { provider, connection, model, reason, until } => SharedChange::Lockout {
+                    provider: provider.to_string(),
+                    connection: connection.to_string(),
+                    model: model.to_string(),
+                    reason,
+                    remaining_ms: ms(until.saturating_duration_since(now)),
+                },
+                Pending::Cleared { provider, connection, model } => SharedChange::LockoutsCleared {
+                    provider: provider.map(|p| p.to_string()),
+                    connection: connection.map(|c| c.to_string()),
+                    model: model.map(|m| m.to_string()),
+                },
+            })
+            .collect()
+    }
+
+    /// Applies another replica's change at `now` (its times already aged for the transit).
+    /// `class_of` names a provider's class in this replica's config; a change for a provider
+    /// this replica does not configure is ignored. What it changes leaves as the usual events
+    /// (logged and persisted like local ones) but is not collected for sharing again.
+    pub fn apply_shared(
+        &mut self,
+        now: Instant,
+        change: &SharedChange,
+        class_of: &dyn Fn(&str) -> Option<ProviderClass>,
+    ) {
+        match change {
+            SharedChange::ProviderFailure { provider, connection } => {
+                let Some(class) = class_of(provider) else { return };
+                let cfg = self.derived.breaker(class);
+                self.breakers.get_or_insert(provider, cfg, now).record_replica_failure(now, connection);
+            }
+            SharedChange::BreakerOpened { provider, open_remaining_ms, open_cycle_count } => {
+                let Some(class) = class_of(provider) else { return };
+                let cfg = self.derived.breaker(class);
+                let until = now + Duration::from_millis(*open_remaining_ms);
+                self.breakers.get_or_insert(provider, cfg, now).open_from_replica(now, until, *open_cycle_count);
+            }
+            SharedChange::BreakerClosed { provider } => {
+                let Some(class) = class_of(provider) else { return };
+                let cfg = self.derived.breaker(class);
+                self.breakers.get_or_insert(provider, cfg, now).close_from_replica(now);
+            }
+            SharedChange::Connection { connection, reason, snapshot } => {
+                let applied = self.connection_mut(connection).merge_replica(snapshot, now);
+                if applied != Applied::Unchanged {
+                    self.affinity.evict_connection(connection);
+                }
+                let connection = self.intern(connection);
+                match applied {
+                    Applied::Cooldown { until, level } => {
+                        self.push(Event::ConnectionCooldown { connection, until, level, reason: *reason });
+                    }
+                    Applied::Terminal(state) => self.push(Event::ConnectionTerminal { connection, state }),
+                    Applied::Unchanged => {}
+                }
+            }
+            SharedChange::Lockout { provider, connection, model, reason, remaining_ms } => {
+                let until = now + Duration::from_millis(*remaining_ms);
+                if let Some(cooldown) = self.lockouts.merge_replica(now, (provider, connection, model), *reason, until)
+                {
+                    let (provider, connection, model) =
+                        (self.intern(provider), self.intern(connection), self.intern(model));
+                    self.push(Event::Lockout { provider, connection, model, cooldown });
+                }
+            }
+            SharedChange::LockoutsCleared { provider, connection, model } => {
+                let target = match (provider, model) {
+                    (Some(p), Some(m)) => Some((p.as_str(), connection.as_deref(), m.as_str())),
+                    _ => None,
+                };
+                if target.is_some() || (provider.is_none() && connection.is_none() && model.is_none()) {
+                    self.clear_lockouts_quietly(target);
+                } else if let (None, Some(c), None) = (provider, connection, model) {
+                    let removed = self.lockouts.clear_connection(c);
+                    if removed > 0 {
+                        let connection = Some(self.intern(c));
+                        self.push(Event::LockoutsCleared { provider: None, connection, model: None, removed });
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "shared_tests.rs"]
+mod tests;
