@@ -102,12 +102,29 @@ pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Re
         "queues": queues,
         "session_pins": pins,
         "leases": { "active": crate::leases::active(gw) },
+        "state": state_json(gw),
         "emergency_fallback": {
             "target": gw.config.emergency_fallback.target,
             "enabled": gw.emergency.load(std::sync::atomic::Ordering::Relaxed),
         },
     });
     json_response(200, body.to_string())
+}
+
+/// Where resilience state lives, and whether the shared store answers.
+fn state_json<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> serde_json::Value {
+    match gw.replicas() {
+        Some(r) => serde_json::json!({
+            "backend": "redis",
+            "replica": r.name(),
+            "reachable": r.stats().reachable(),
+            "published": r.stats().published(),
+            "applied": r.stats().applied(),
+            "dropped": r.stats().dropped(),
+            "errors": r.stats().errors(),
+        }),
+        None => serde_json::json!({ "backend": "sqlite" }),
+    }
 }
 
 /// `POST /api/resilience/reset`: every breaker closed, every lockout cleared.
@@ -263,6 +280,12 @@ pub fn metrics<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> R
     });
     for (k, q, _) in gw.queue_depths() {
         gw.metrics.queue(&k, q);
+    }
+    if let Some(r) = gw.replicas() {
+        let s = r.stats();
+        let counts =
+            [("published", s.published()), ("applied", s.applied()), ("dropped", s.dropped()), ("error", s.errors())];
+        gw.metrics.shared_state(s.reachable(), counts);
     }
     let mut resp = Response::new(crate::errors::full(gw.metrics.encode()));
     resp.headers_mut().insert(

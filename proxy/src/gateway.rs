@@ -4,10 +4,11 @@
 use crate::clock::{Clock, ms};
 use crate::config::{Config, ConnectionConfig, ProviderConfig};
 use crate::metrics::Metrics;
+use crate::replicas::Replicas;
 use crate::store::{PinWrite, Store, StoreError, age_breaker, age_connection};
 use bytes::Bytes;
 use ferroute_core::admission::{AdmissionQueue, Enter, FailMode, Permit, QueueLimits, QueueRejection, WaitExpiry};
-use ferroute_core::engine::{Candidate, Engine, Event, OutcomeKind, Strategy, Traits};
+use ferroute_core::engine::{Candidate, Engine, Event, OutcomeKind, SharedChange, Strategy, Traits};
 use ferroute_core::session::PinEvent;
 use ferroute_core::usage_limit::LaneChange;
 use http_body_util::Full;
@@ -108,6 +109,8 @@ pub struct Gateway<C> {
     tap: Option<SharedTap>,
     ids: Arc<std::sync::atomic::AtomicU64>,
     requests: Arc<std::sync::atomic::AtomicU64>,
+    /// The other replicas, when state is shared (`[state] backend = "redis"`).
+    replicas: Arc<std::sync::OnceLock<Arc<Replicas>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -147,6 +150,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             tap: tap.map(|t| -> SharedTap { Arc::from(t) }),
             ids: Arc::default(),
             requests: Arc::default(),
+            replicas: Arc::default(),
         };
         gw.restore()?;
         Ok(gw)
@@ -172,7 +176,32 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             tap: self.tap.clone(),
             ids: Arc::clone(&self.ids),
             requests: Arc::clone(&self.requests),
+            replicas: Arc::clone(&self.replicas),
         }
+    }
+
+    /// Shares this gateway's resilience state with other replicas from now on (once; see
+    /// [`crate::replicas`]).
+    pub fn share_with(&self, replicas: Arc<Replicas>) {
+        let _ = self.replicas.set(replicas);
+    }
+
+    /// The link to the other replicas, when state is shared.
+    pub fn replicas(&self) -> Option<&Arc<Replicas>> {
+        self.replicas.get()
+    }
+
+    /// Applies other replicas' changes (already aged for their transit), then settles: what
+    /// they change is logged and persisted like a local change, and never shared back.
+    pub fn apply_shared(&self, changes: impl IntoIterator<Item = SharedChange>) {
+        let now = self.clock.now();
+        let class_of = |p: &str| self.config.provider(p).map(|p| p.class);
+        self.with_engine(|e| {
+            for change in changes {
+                e.apply_shared(now, &change, &class_of);
+            }
+        });
+        self.settle();
     }
 
     fn restore(&self) -> Result<(), StoreError> {
@@ -235,11 +264,12 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// Drains the engine's events: logs them and persists what they changed.
     pub fn settle(&self) {
         let now = self.clock.now();
-        let (events, breakers, connections) = self.with_engine(|e| {
+        let (events, breakers, connections, shared) = self.with_engine(|e| {
             let mut events = Vec::new();
             while let Some(ev) = e.poll_event() {
                 events.push(ev);
             }
+            let shared = e.take_shared(now);
             let mut providers = BTreeSet::new();
             let mut conns = BTreeSet::new();
             for ev in &events {
@@ -266,8 +296,13 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                     (c, s)
                 })
                 .collect();
-            (events, breakers, connections)
+            (events, breakers, connections, shared)
         });
+        if let Some(r) = self.replicas.get()
+            && !shared.is_empty()
+        {
+            r.publish(shared, self.clock.wall_ms(now));
+        }
         for ev in &events {
             log_event(ev, &self.clock);
             if let Event::Lane { connection, change } = ev {

@@ -23,6 +23,7 @@ pub mod multicall;
 pub mod plan;
 pub mod refuse;
 pub mod reload;
+pub mod replicas;
 pub mod resolve;
 pub mod serve;
 pub mod store;

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use proxy::clock::system_wall_ms;
-use proxy::config::{Config, ConfigError, demo, field_error};
+use proxy::config::{Backend, Config, ConfigError, demo, field_error};
 use proxy::reload::{Loader, Serving};
 use proxy::{Persistence, build, https_connector, serve::serve_live};
 use std::path::PathBuf;
@@ -157,6 +157,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .with_context(|| format!("server.listen {:?} is not an address", config.server.listen))?;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let data_dir = PathBuf::from(&config.server.data_dir);
+    let state = config.state.clone();
     let gw = build(config, https_connector()?, Persistence::Dir(data_dir.clone()), system_wall_ms(), system_wall_ms())
         .with_context(|| format!("cannot open the state store in {}", data_dir.display()))?;
     let loader: Loader = Box::new(move || {
@@ -169,6 +170,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         complete(config)
     });
     let serving = Serving::new(gw, Some(loader));
+    if state.backend == Backend::Redis {
+        proxy::replicas::start(Arc::clone(&serving), &state)?;
+    }
     let local = gw_addr(&listener, listen);
     tracing::info!(listen = %local, data_dir = %data_dir.display(), "ferroute listening");
     // One machine-readable line on stdout, so that scripts and tests can use port 0.

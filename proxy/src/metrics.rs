@@ -23,6 +23,8 @@ pub struct Metrics {
     translations: Family<Labels, Counter>,
     usage_limit: Family<Labels, Counter>,
     config_reloads: Family<Labels, Counter>,
+    shared_state: Family<Labels, Counter>,
+    shared_state_reachable: Gauge,
     /// Stream finalisations (each stream finalises exactly once).
     pub stream_finalizations: Counter,
     /// Streams started.
@@ -86,8 +88,22 @@ impl Metrics {
             "Config reloads (SIGHUP or the admin API) by result: ok, refused",
             config_reloads.clone(),
         );
+        let shared_state = Family::<Labels, Counter>::default();
+        registry.register(
+            "shared_state_changes",
+            "Resilience state shared with other replicas ([state] backend = \"redis\") by event: published, applied, dropped, error",
+            shared_state.clone(),
+        );
+        let shared_state_reachable = Gauge::default();
+        registry.register(
+            "shared_state_reachable",
+            "1 while the shared state store answers (always 0 without one)",
+            shared_state_reachable.clone(),
+        );
         Metrics {
             registry,
+            shared_state,
+            shared_state_reachable,
             config_reloads,
             usage_limit,
             requests,
@@ -108,6 +124,15 @@ impl Metrics {
         self.translations
             .get_or_create(&vec![("api".into(), api.to_owned()), ("format".into(), format.to_owned())])
             .inc();
+    }
+
+    /// Brings the shared-state counters up to the replica link's own.
+    pub fn shared_state(&self, reachable: bool, counts: [(&str, u64); 4]) {
+        self.shared_state_reachable.set(i64::from(reachable));
+        for (event, total) in counts {
+            let c = self.shared_state.get_or_create(&vec![("event".into(), event.to_owned())]);
+            c.inc_by(total.saturating_sub(c.get()));
+        }
     }
 
     /// Counts one config reload by result (`ok`, `refused`).

@@ -210,6 +210,40 @@ impl Engine {
             .collect()
     }
 
+    /// Everything this replica holds that another would take, as changes at `now`: open
+    /// breakers, connections cooling or terminal, active model lockouts. Sent in full when a
+    /// replica (re)joins the shared state, so that what it learned alone reaches the others.
+    pub fn shared_state(&self, now: Instant) -> Vec<SharedChange> {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let mut out = Vec::new();
+        for (provider, b) in self.breakers.iter() {
+            if b.state(now) == BreakerState::Open {
+                out.push(SharedChange::BreakerOpened {
+                    provider: provider.to_owned(),
+                    open_remaining_ms: ms(b.retry_after(now)),
+                    open_cycle_count: b.open_cycle_count(),
+                });
+            }
+        }
+        for (id, c) in self.connections() {
+            let snapshot = c.snapshot(now);
+            if snapshot.terminal.is_some() || snapshot.cooldown_remaining_ms > 0 {
+                let reason = snapshot.last_error_type.unwrap_or(Reason::Unknown);
+                out.push(SharedChange::Connection { connection: id.to_owned(), reason, snapshot });
+            }
+        }
+        for l in self.lockouts.list(now) {
+            out.push(SharedChange::Lockout {
+                remaining_ms: ms(l.until.saturating_duration_since(now)),
+                provider: l.provider,
+                connection: l.connection,
+                model: l.model,
+                reason: l.reason,
+            });
+        }
+        out
+    }
+
     /// Applies another replica's change at `now` (its times already aged for the transit).
     /// `class_of` names a provider's class in this replica's config; a change for a provider
     /// this replica does not configure is ignored. What it changes leaves as the usual events

@@ -246,6 +246,7 @@ struct RawConfig {
     combos: Vec<RawCombo>,
     emergency_fallback: EmergencyConfig,
     resilience: Option<toml::Value>,
+    state: StateConfig,
 }
 
 /// The loaded, validated config with secrets resolved.
@@ -267,6 +268,8 @@ pub struct Config {
     pub warnings: Vec<String>,
     /// `[resilience]` over the environment's defaults.
     pub resilience: ResilienceSettings,
+    /// `[state]`, with `url` resolved.
+    pub state: StateConfig,
     /// Whether the built-in demo provider was added (no provider configured).
     pub demo: bool,
 }
@@ -362,6 +365,11 @@ impl Config {
                 ..c.clone()
             })
             .collect();
+        let state = StateConfig {
+            // An unresolved `env:` URL is reported once (as unset), not again as missing.
+            url: raw.state.url.as_deref().map(|u| resolve("state.url".into(), u).unwrap_or_default()),
+            ..raw.state.clone()
+        };
         let combos = raw.combos.iter().enumerate().map(|(i, c)| combo(i, c, &mut errors)).collect();
         let mut config = Config {
             server: ServerConfig { admin_key, ..raw.server },
@@ -372,6 +380,7 @@ impl Config {
             emergency_fallback: raw.emergency_fallback,
             warnings: Vec::new(),
             resilience,
+            state,
             demo,
         };
         config.warnings = config.warnings();
@@ -380,6 +389,7 @@ impl Config {
     }
 
     fn validate_into(&self, errors: &mut Vec<FieldError>) {
+        self.state.validate_into(errors);
         if self.server.listen.parse::<SocketAddr>().is_err() {
             errors.push(err(
                 "server.listen",
@@ -577,6 +587,9 @@ fn add_demo(raw: &mut RawConfig) {
 }
 
 mod combos;
+mod state;
+
+pub use state::{Backend, StateConfig};
 
 pub use combos::{ComboConfig, ComboTarget, EmergencyConfig, MAX_COMBO_DEPTH, MULTI_CALL};
 use combos::{RawCombo, combo};

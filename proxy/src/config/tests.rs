@@ -273,3 +273,29 @@ judge = "p/j"
         vec!["combos[0].judge", "combos[1].targets", "combos[2].strategy", "combos[3].judge"]
     );
 }
+
+#[test]
+fn the_state_backend_defaults_to_sqlite_and_redis_needs_a_url() {
+    let c = parse("").expect("valid");
+    assert_eq!((c.state.backend, c.state.prefix.as_str()), (Backend::Sqlite, "ferroute"));
+    let env = |name: &str| (name == "REDIS_URL").then(|| "redis://127.0.0.1:6390/2".to_owned());
+    let text = "[state]\nbackend = \"redis\"\nurl = \"env:REDIS_URL\"\nprefix = \"team-a\"\nreplica = \"eu-1\"\n";
+    let c = Config::from_toml_str(text, &env, &[]).expect("valid");
+    assert_eq!(c.state.url.as_deref(), Some("redis://127.0.0.1:6390/2"), "env: resolved");
+    assert_eq!(fields(parse("[state]\nbackend = \"redis\"\n")), ["state.url"]);
+    assert_eq!(fields(parse("[state]\nbackend = \"redis\"\nurl = \"http://x\"\n")), ["state.url"]);
+    assert_eq!(fields(parse("[state]\nurl = \"redis://h\"\n")), ["state.url"], "a URL the sqlite backend ignores");
+    assert_eq!(
+        fields(parse("[state]\nbackend = \"redis\"\nurl = \"redis://h\"\nprefix = \"a b\"\n")),
+        ["state.prefix"]
+    );
+    assert_eq!(
+        fields(parse("[state]\nbackend = \"redis\"\nurl = \"redis://h\"\nreplica = \" \"\n")),
+        ["state.replica"]
+    );
+    assert_eq!(fields(parse("[state]\nbackend = \"etcd\"\n")), ["config"], "an unknown backend");
+    assert_eq!(
+        fields(Config::from_toml_str("[state]\nbackend = \"redis\"\nurl = \"env:NOPE\"\n", &no_env, &[])),
+        ["state.url"]
+    );
+}

@@ -1,0 +1,339 @@
+//! Several gateway replicas sharing resilience state through Redis (`[state] backend = "redis"`).
+//!
+//! Each replica keeps deciding from its own core, so the request path never waits on Redis.
+//! What a replica's own outcomes change leaves its core as [`SharedChange`]s; a publisher task
+//! writes each to the hash `{prefix}:state` (the latest change per breaker, connection and
+//! lock, read by replicas that start later) and publishes it on `{prefix}:changes`. A
+//! subscriber task hands the other replicas' changes to the core, which merges them (later
+//! deadlines win, a terminal state is never overwritten). A replica that starts, or finds Redis
+//! again after losing it, first loads the hash and then publishes its own state in full, so
+//! that what it learned alone reaches the others. While Redis is unreachable requests are
+//! served on local state; the log says so once, and `/health` and `/metrics` show it.
+
+use crate::config::StateConfig;
+use crate::reload::Serving;
+use ferroute_core::engine::SharedChange;
+use futures_util::StreamExt;
+use hyper_util::client::legacy::connect::Connect;
+use redis::AsyncCommands;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How a change travels: who sent it, and when (Unix ms), so the receiver can age it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The sending replica.
+    pub replica: String,
+    /// Wall time when it was taken.
+    pub wall_ms: u64,
+    /// The change.
+    pub change: SharedChange,
+}
+
+impl Envelope {
+    /// The change aged by the time since it was taken (none when the clocks disagree).
+    pub fn aged(self, wall_now_ms: u64) -> SharedChange {
+        self.change.aged(Duration::from_millis(wall_now_ms.saturating_sub(self.wall_ms)))
+    }
+}
+
+/// Counters for `/health` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct ReplicaStats {
+    reachable: AtomicBool,
+    published: AtomicU64,
+    applied: AtomicU64,
+    errors: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl ReplicaStats {
+    /// Whether the store answered last time it was asked.
+    pub fn reachable(&self) -> bool {
+        self.reachable.load(Ordering::Relaxed)
+    }
+    /// Changes this replica published.
+    pub fn published(&self) -> u64 {
+        self.published.load(Ordering::Relaxed)
+    }
+    /// Changes of other replicas this replica applied.
+    pub fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Relaxed)
+    }
+    /// Failed store operations.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+    /// Changes not published (the store was unreachable or the queue full); a resync sends
+    /// the state they changed once the store is back.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Outgoing changes waiting for the publisher; beyond this many, new ones are dropped (and
+/// counted) rather than block a request.
+const QUEUE: usize = 10_000;
+/// Longest wait between two attempts to reach the store.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// This replica's link to the shared state.
+pub struct Replicas {
+    name: String,
+    stats: Arc<ReplicaStats>,
+    tx: mpsc::Sender<(u64, SharedChange)>,
+}
+
+impl std::fmt::Debug for Replicas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replicas").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl Replicas {
+    /// This replica's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &ReplicaStats {
+        &self.stats
+    }
+
+    /// Queues changes taken at `wall_ms` for publishing; never waits.
+    pub fn publish(&self, changes: Vec<SharedChange>, wall_ms: u64) {
+        for ch in changes {
+            if self.tx.try_send((wall_ms, ch)).is_err() {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+struct Keys {
+    state: String,
+    channel: String,
+}
+
+/// Joins the shared state named by `cfg` (its `url` set): turns on sharing in the core, then
+/// starts the publisher and the subscriber on the current tokio runtime. Fails only on a URL
+/// that does not parse; an unreachable server is retried in the background.
+pub fn start<C>(serving: Arc<Serving<C>>, cfg: &StateConfig) -> anyhow::Result<Arc<Replicas>>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    let url = cfg.url.as_deref().ok_or_else(|| anyhow::anyhow!("state.url is required with backend = \"redis\""))?;
+    let client = redis::Client::open(url).map_err(|e| anyhow::anyhow!("state.url is not a Redis URL: {e}"))?;
+    let name = cfg.replica.clone().unwrap_or_else(|| format!("replica-{:016x}", rand_name()));
+    let keys = Arc::new(Keys { state: format!("{}:state", cfg.prefix), channel: format!("{}:changes", cfg.prefix) });
+    let stats = Arc::new(ReplicaStats::default());
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let replicas = Arc::new(Replicas { name: name.clone(), stats: Arc::clone(&stats), tx });
+    let gw = serving.current();
+    gw.with_engine(|e| e.set_sharing(true));
+    gw.share_with(Arc::clone(&replicas));
+    tokio::spawn(publisher(client.clone(), Arc::clone(&keys), name.clone(), Arc::clone(&stats), rx));
+    tokio::spawn(subscriber(client, keys, serving, Arc::clone(&replicas)));
+    tracing::info!(replica = %name, prefix = %cfg.prefix, "sharing resilience state through redis");
+    Ok(replicas)
+}
+
+/// A name unlikely to repeat: the process id and the start time's nanoseconds.
+fn rand_name() -> u64 {
+    #[allow(clippy::disallowed_methods)] // a name, not a decision: any instant will do
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    (nanos as u64) ^ (u64::from(std::process::id()) << 40)
+}
+
+async fn connect(client: &redis::Client) -> redis::RedisResult<ConnectionManager> {
+    let cfg = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(2)))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    client.get_connection_manager_with_config(cfg).await
+}
+
+/// Writes and publishes queued changes, in order, a batch at a time.
+async fn publisher(
+    client: redis::Client,
+    keys: Arc<Keys>,
+    name: String,
+    stats: Arc<ReplicaStats>,
+    mut rx: mpsc::Receiver<(u64, SharedChange)>,
+) {
+    let mut conn: Option<ConnectionManager> = None;
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, 256).await > 0 {
+        if conn.is_none() {
+            conn = connect(&client).await.ok();
+        }
+        let sent = match &mut conn {
+            Some(c) => write(c, &keys, &name, &batch).await,
+            None => Err(redis::RedisError::from((redis::ErrorKind::Io, "not connected"))),
+        };
+        match sent {
+            Ok(()) => {
+                stats.published.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+                stats.dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                tracing::debug!(error = %e, dropped = batch.len(), "could not publish resilience state");
+            }
+        }
+        batch.clear();
+    }
+}
+
+async fn write(
+    conn: &mut ConnectionManager,
+    keys: &Keys,
+    name: &str,
+    batch: &[(u64, SharedChange)],
+) -> redis::RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for (wall_ms, change) in batch {
+        let envelope = Envelope { replica: name.to_owned(), wall_ms: *wall_ms, change: change.clone() };
+        let json = serde_json::to_string(&envelope).unwrap_or_default();
+        if let SharedChange::LockoutsCleared { provider, connection, model } = change {
+            let fields: Vec<String> = conn.hkeys(&keys.state).await?;
+            let gone: Vec<&String> = fields
+                .iter()
+                .filter(|f| cleared(f, provider.as_deref(), connection.as_deref(), model.as_deref()))
+                .collect();
+            if !gone.is_empty() {
+                pipe.hdel(&keys.state, gone).ignore();
+            }
+        } else if let Some(field) = change.store_key() {
+            pipe.hset(&keys.state, field, &json).ignore();
+        }
+        pipe.publish(&keys.channel, &json).ignore();
+    }
+    pipe.query_async::<()>(conn).await
+}
+
+/// Whether the stored lock `field` (`lockout:provider:connection:model`) is one a clear removes.
+fn cleared(field: &str, provider: Option<&str>, connection: Option<&str>, model: Option<&str>) -> bool {
+    let Some(rest) = field.strip_prefix("lockout:") else { return false };
+    let mut parts = rest.splitn(3, ':');
+    let (Some(p), Some(c), Some(m)) = (parts.next(), parts.next(), parts.next()) else { return false };
+    provider.is_none_or(|x| x == p)
+        && connection.is_none_or(|x| x == c)
+        && model.is_none_or(|x| x.trim().eq_ignore_ascii_case(m))
+}
+
+/// Follows the other replicas' changes, reconnecting with backoff; each (re)connection starts
+/// with a resync.
+async fn subscriber<C>(client: redis::Client, keys: Arc<Keys>, serving: Arc<Serving<C>>, me: Arc<Replicas>)
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    let mut backoff = Duration::from_millis(100);
+    let mut lost_since_warned = false;
+    loop {
+        match follow(&client, &keys, &serving, &me, &mut backoff, &mut lost_since_warned).await {
+            Ok(()) => tracing::warn!("lost the shared state store; serving on local state and reconnecting"),
+            Err(e) => {
+                me.stats.errors.fetch_add(1, Ordering::Relaxed);
+                if !lost_since_warned {
+                    tracing::warn!(error = %e, "shared state store unreachable; serving on local state and reconnecting");
+                }
+            }
+        }
+        lost_since_warned = true;
+        me.stats.reachable.store(false, Ordering::Relaxed);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+async fn follow<C>(
+    client: &redis::Client,
+    keys: &Keys,
+    serving: &Arc<Serving<C>>,
+    me: &Replicas,
+    backoff: &mut Duration,
+    lost_since_warned: &mut bool,
+) -> redis::RedisResult<()>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe(&keys.channel).await?;
+    // Subscribed first, so nothing published during the load is missed (a change seen twice
+    // merges to the same state).
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let stored: Vec<(String, String)> = conn.hgetall(&keys.state).await?;
+    let gw = serving.current();
+    let wall = gw.clock.wall_now_ms();
+    let changes: Vec<SharedChange> = stored
+        .iter()
+        .filter_map(|(_, json)| serde_json::from_str::<Envelope>(json).ok())
+        .filter(|e| e.replica != me.name)
+        .map(|e| e.aged(wall))
+        .collect();
+    let loaded = changes.len();
+    gw.apply_shared(changes);
+    me.stats.applied.fetch_add(loaded as u64, Ordering::Relaxed);
+    let mine = gw.with_engine(|e| e.shared_state(gw.clock.now()));
+    me.publish(mine, wall);
+    me.stats.reachable.store(true, Ordering::Relaxed);
+    *backoff = Duration::from_millis(100);
+    if *lost_since_warned {
+        tracing::info!(loaded, "shared state store reachable again; resynchronised");
+    } else {
+        tracing::info!(loaded, "joined the shared resilience state");
+    }
+    *lost_since_warned = false;
+    let mut messages = pubsub.into_on_message();
+    while let Some(msg) = messages.next().await {
+        let Ok(envelope) = serde_json::from_slice::<Envelope>(msg.get_payload_bytes()) else {
+            me.stats.errors.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        if envelope.replica == me.name {
+            continue;
+        }
+        let gw = serving.current();
+        let change = envelope.aged(gw.clock.wall_now_ms());
+        gw.apply_shared([change]);
+        me.stats.applied.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clear_removes_the_stored_locks_it_names() {
+        let f = "lockout:openai:k1:gpt-4o";
+        assert!(cleared(f, None, None, None), "every lock");
+        assert!(cleared(f, Some("openai"), Some("k1"), Some(" GPT-4o")));
+        assert!(cleared(f, Some("openai"), None, Some("gpt-4o")), "the model on every connection");
+        assert!(cleared(f, None, Some("k1"), None), "every lock of the connection");
+        assert!(!cleared(f, Some("openai"), Some("k2"), Some("gpt-4o")));
+        assert!(!cleared(f, Some("anthropic"), None, None));
+        assert!(!cleared("breaker:openai", None, None, None), "only locks");
+    }
+
+    #[test]
+    fn an_envelope_ages_by_the_time_since_it_was_taken() {
+        let change =
+            SharedChange::BreakerOpened { provider: "p".into(), open_remaining_ms: 30_000, open_cycle_count: 0 };
+        let e = Envelope { replica: "a".into(), wall_ms: 1_000, change };
+        let aged = e.clone().aged(4_000);
+        assert_eq!(
+            aged,
+            SharedChange::BreakerOpened { provider: "p".into(), open_remaining_ms: 27_000, open_cycle_count: 0 }
+        );
+        assert_eq!(e.clone().aged(500), e.change, "a clock behind the sender's ages nothing");
+    }
+}
