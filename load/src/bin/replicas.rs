@@ -1,0 +1,181 @@
+//! How fast one replica's state change reaches another: two real `ferroute` processes share
+//! state through one private `redis-server` (`[state] backend = "redis"`). Each change is an
+//! upstream 429 on replica A that locks a model (a new model each time, so none is refused
+//! before it reaches the upstream); the time is from sending that request to A until replica
+//! B's `/metrics` counts one more applied change. It therefore includes A's own request and
+//! B's polling interval (one `/metrics` call), so it is an upper bound.
+//!
+//! `cargo build --release -p proxy && cargo run --release -p load --bin replicas`
+
+use chaos::client::{health, send};
+use clap::Parser;
+use scenarios::{Behaviour, Script, ScriptedUpstream, serve_upstream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Measure the propagation of state changes between two ferroute replicas through Redis.
+#[derive(Parser, Debug)]
+#[command(name = "replicas", about)]
+struct Cli {
+    /// State changes to measure.
+    #[arg(long, default_value_t = 1000)]
+    changes: usize,
+    /// The ferroute binary (default: the one beside this tool).
+    #[arg(long)]
+    ferroute: Option<PathBuf>,
+}
+
+/// A child process killed when dropped.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if !(1..=100_000).contains(&cli.changes) {
+        anyhow::bail!("--changes must be in 1..=100000");
+    }
+    let ferroute = match cli.ferroute {
+        Some(p) => p,
+        None => std::env::current_exe()?.with_file_name("ferroute"),
+    };
+    if !ferroute.exists() {
+        anyhow::bail!("{} not found: build it with `cargo build --release -p proxy`", ferroute.display());
+    }
+    let dir = std::env::temp_dir().join(format!("ferroute-replicas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    let _redis = Kill(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot start redis-server ({e}): install it with tests/redis/setup.sh"))?,
+    );
+    let limited = Script::always(Behaviour::status_with(
+        429,
+        &[("retry-after", "600")],
+        r#"{"error":{"message":"Rate limit reached"}}"#,
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let up = listener.local_addr()?;
+    tokio::spawn(serve_upstream(listener, Arc::new(ScriptedUpstream::new().route("*", limited))));
+
+    let models: Vec<String> = (0..cli.changes).map(|i| format!("\"m{i}\"")).collect();
+    let config = |name: &str| {
+        format!(
+            "[server]\ndata_dir = \"{}\"\n[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\nprefix = \"bench\"\nreplica = \"{name}\"\n\
+             [[providers]]\nid = \"up\"\nbase_url = \"http://{up}/v1\"\nmodels = [{}]\n\
+             [[connections]]\nid = \"k1\"\nprovider = \"up\"\napi_key = \"sk-1\"\ndisable_cooling = true\n\
+             [resilience.model_lockout]\nenabled = true\n",
+            dir.join(format!("data-{name}")).display(),
+            models.join(", ")
+        )
+    };
+    let (a, _a) = replica(&ferroute, &dir, "a", &config("a")).await?;
+    let (b, _b) = replica(&ferroute, &dir, "b", &config("b")).await?;
+    for base in [&a, &b] {
+        wait(base, |h| h["state"]["reachable"] == true).await?;
+    }
+
+    let applied = |h: &serde_json::Value| h["state"]["applied"].as_u64().unwrap_or(0);
+    let mut times = Vec::with_capacity(cli.changes);
+    let mut polls = 0u64;
+    for i in 0..cli.changes {
+        let before = applied_metric(&b).await?;
+        let body = format!(r#"{{"model":"up/m{i}","messages":[{{"role":"user","content":"hi"}}]}}"#);
+        let t0 = Instant::now();
+        let r = send("POST", &format!("{a}/v1/chat/completions"), &[], &body, Duration::from_secs(10))
+            .await
+            .map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(r.status == 429, "expected the upstream's 429, got {}: {}", r.status, r.body);
+        loop {
+            polls += 1;
+            if applied_metric(&b).await? > before {
+                break;
+            }
+            anyhow::ensure!(t0.elapsed() < Duration::from_secs(10), "change {i} did not reach replica B in 10 s");
+        }
+        times.push(t0.elapsed());
+    }
+    times.sort();
+    let q = |p: f64| times[((times.len() as f64 * p).ceil() as usize).clamp(1, times.len()) - 1];
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let hb = health(&b).await.map_err(anyhow::Error::msg)?;
+    println!(
+        "{} changes from replica A to replica B through redis: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} /metrics polls of B; B applied {}, dropped {}, errors {})",
+        times.len(),
+        ms(q(0.50)),
+        ms(q(0.90)),
+        ms(q(0.99)),
+        ms(q(1.0)),
+        polls,
+        applied(&hb),
+        hb["state"]["dropped"],
+        hb["state"]["errors"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+async fn replica(bin: &Path, dir: &Path, name: &str, config: &str) -> anyhow::Result<(String, Kill)> {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, config)?;
+    let mut child = Command::new(bin)
+        .args(["--config", &path.display().to_string(), "--listen", "127.0.0.1:0"])
+        .env("FERROUTE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let kill = Kill(child);
+    let line = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("ferroute listening on ").map(str::to_owned))
+    });
+    match tokio::time::timeout(Duration::from_secs(20), line).await {
+        Ok(Ok(Some(base))) => Ok((base, kill)),
+        other => anyhow::bail!("replica {name} did not start: {other:?}"),
+    }
+}
+
+/// B's count of applied changes, from `/metrics` (cheaper than the health JSON, which lists
+/// every lockout).
+async fn applied_metric(base: &str) -> anyhow::Result<u64> {
+    let r =
+        send("GET", &format!("{base}/metrics"), &[], "", Duration::from_secs(10)).await.map_err(anyhow::Error::msg)?;
+    Ok(r.body
+        .lines()
+        .find_map(|l| l.strip_prefix("ferroute_shared_state_changes_total{event=\"applied\"} "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0))
+}
+
+async fn wait(base: &str, ok: impl Fn(&serde_json::Value) -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if health(base).await.is_ok_and(|h| ok(&h)) {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{base} did not join the shared state in 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
