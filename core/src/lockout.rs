@@ -345,13 +345,8 @@ impl ModelLockouts {
     }
 
     /// Number of remembered locks (active or expired but not yet swept).
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.locks.values().map(Vec::len).sum()
-    }
-
-    /// Whether none are remembered.
-    pub fn is_empty(&self) -> bool {
-        self.locks.is_empty()
     }
 
     /// Drops expired locks whose escalation window has also passed.

@@ -179,3 +179,29 @@ mod props {
         }
     }
 }
+
+#[test]
+fn past_the_cap_the_oldest_expired_locks_go_first_and_active_ones_never() {
+    let (t, c) = (t0(), cfg(1_000, 60_000));
+    let mut l = ModelLockouts::new();
+    let models: Vec<String> = (0..=EVICTION_CAP).map(|i| format!("m{i}")).collect();
+    // EVICTION_CAP locks of 1 s each, a millisecond apart: all expired by t + 10 s.
+    for (i, m) in models[..EVICTION_CAP].iter().enumerate() {
+        l.record_failure(t + Duration::from_millis(i as u64), &c, &req(m, 503, None));
+    }
+    assert_eq!(l.len(), EVICTION_CAP, "at the cap nothing goes");
+    let later = t + Duration::from_secs(10);
+    l.record_failure(later, &c, &req(&models[EVICTION_CAP], 503, None));
+    assert_eq!(l.len(), EVICTION_CAP, "one over the cap: one expired lock went");
+    assert_eq!(l.count_of("codex", "c1", "m0", LockScope::Exact), None, "the oldest one");
+    assert_eq!(l.count_of("codex", "c1", "m1", LockScope::Exact), Some(1), "the next is kept");
+    assert_eq!(l.count_of("codex", "c1", &models[EVICTION_CAP], LockScope::Exact), Some(1), "the new one is kept");
+
+    // Active locks are never evicted, however many there are.
+    let mut l = ModelLockouts::new();
+    for m in &models {
+        l.record_failure(t, &c, &req(m, 503, None));
+    }
+    assert_eq!(l.len(), EVICTION_CAP + 1);
+    assert_eq!(l.list(t).len(), EVICTION_CAP + 1);
+}
