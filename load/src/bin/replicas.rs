@@ -1,9 +1,14 @@
-//! How fast one replica's state change reaches another: two real `ferroute` processes share
-//! state through one private `redis-server` (`[state] backend = "redis"`). Each change is an
-//! upstream 429 on replica A that locks a model (a new model each time, so none is refused
-//! before it reaches the upstream); the time is from sending that request to A until replica
-//! B's `/metrics` counts one more applied change. It therefore includes A's own request and
-//! B's polling interval (one `/metrics` call), so it is an upper bound.
+//! Two real `ferroute` processes, A and B, share state through one private `redis-server`
+//! (`[state] backend = "redis"`).
+//!
+//! First, the cost of the Redis backend: the same requests, one at a time, to replica A and to a
+//! third process C with the default SQLite backend, in alternating blocks of 100 — answers
+//! that change nothing (200) and 429s that each lock a new model (a change A publishes).
+//!
+//! Then, how fast one replica's state change reaches the other: each change is an upstream 429
+//! on A that locks a new model (so none is refused before it reaches the upstream); the time is
+//! from sending that request to A until B's `/metrics` counts one more applied change. It
+//! includes A's own request and B's polling interval (one `/metrics` call): an upper bound.
 //!
 //! `cargo build --release -p proxy && cargo run --release -p load --bin replicas`
 
@@ -23,6 +28,9 @@ struct Cli {
     /// State changes to measure.
     #[arg(long, default_value_t = 1000)]
     changes: usize,
+    /// Requests of each kind to each backend for the overhead comparison (0: none).
+    #[arg(long, default_value_t = 2000)]
+    requests: usize,
     /// The ferroute binary (default: the one beside this tool).
     #[arg(long)]
     ferroute: Option<PathBuf>,
@@ -74,25 +82,60 @@ async fn main() -> anyhow::Result<()> {
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let up = listener.local_addr()?;
-    tokio::spawn(serve_upstream(listener, Arc::new(ScriptedUpstream::new().route("*", limited))));
+    tokio::spawn(serve_upstream(
+        listener,
+        Arc::new(ScriptedUpstream::new().route("*", limited).route("echo", Script::always(Behaviour::echo()))),
+    ));
 
-    let models: Vec<String> = (0..cli.changes).map(|i| format!("\"m{i}\"")).collect();
-    let config = |name: &str| {
+    // Every model is addressed as up/<model>, so none needs listing.
+    let config = |name: &str, redis: bool| {
+        let state = if redis {
+            format!(
+                "[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\nprefix = \"bench\"\nreplica = \"{name}\"\n"
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "[server]\ndata_dir = \"{}\"\n[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\nprefix = \"bench\"\nreplica = \"{name}\"\n\
-             [[providers]]\nid = \"up\"\nbase_url = \"http://{up}/v1\"\nmodels = [{}]\n\
+            "[server]\ndata_dir = \"{}\"\n{state}\
+             [[providers]]\nid = \"up\"\nbase_url = \"http://{up}/v1\"\nmodels = [\"echo\"]\n\
              [[connections]]\nid = \"k1\"\nprovider = \"up\"\napi_key = \"sk-1\"\ndisable_cooling = true\n\
              [resilience.model_lockout]\nenabled = true\n",
             dir.join(format!("data-{name}")).display(),
-            models.join(", ")
         )
     };
-    let (a, _a) = replica(&ferroute, &dir, "a", &config("a")).await?;
-    let (b, _b) = replica(&ferroute, &dir, "b", &config("b")).await?;
+    let (a, _a) = replica(&ferroute, &dir, "a", &config("a", true)).await?;
+    let (b, _b) = replica(&ferroute, &dir, "b", &config("b", true)).await?;
     for base in [&a, &b] {
         wait(base, |h| h["state"]["reachable"] == true).await?;
     }
 
+    if cli.requests > 0 {
+        let (c, _c) = replica(&ferroute, &dir, "c", &config("c", false)).await?;
+        println!("\nthe same requests, one at a time, in alternating blocks of 100 (ms from send to answer):");
+        for (kind, status) in [("200, nothing changes", 200), ("429, a new model locked each", 429)] {
+            let mut redis = Vec::new();
+            let mut sqlite = Vec::new();
+            for block in 0..cli.requests.div_ceil(100) {
+                for (base, out, tag) in [(&a, &mut redis, "r"), (&c, &mut sqlite, "s")] {
+                    for i in 0..100.min(cli.requests - block * 100) {
+                        let model = if status == 200 { "echo".to_owned() } else { format!("{tag}{}", block * 100 + i) };
+                        out.push(timed(base, &model, status).await?);
+                    }
+                }
+            }
+            let (r, s) = (quantiles(&mut redis), quantiles(&mut sqlite));
+            println!(
+                "{kind:<30} | redis p50 {:.3} / p99 {:.3} | sqlite p50 {:.3} / p99 {:.3} | redis/sqlite {:.2} / {:.2}",
+                r.0,
+                r.1,
+                s.0,
+                s.1,
+                r.0 / s.0,
+                r.1 / s.1
+            );
+        }
+    }
     let applied = |h: &serde_json::Value| h["state"]["applied"].as_u64().unwrap_or(0);
     let mut times = Vec::with_capacity(cli.changes);
     let mut polls = 0u64;
@@ -131,6 +174,24 @@ async fn main() -> anyhow::Result<()> {
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// One chat request for `up/<model>`, expecting `status`; its time in ms.
+async fn timed(base: &str, model: &str, status: u16) -> anyhow::Result<f64> {
+    let body = format!(r#"{{"model":"up/{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
+    let t0 = Instant::now();
+    let r = send("POST", &format!("{base}/v1/chat/completions"), &[], &body, Duration::from_secs(10))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    anyhow::ensure!(r.status == status, "expected {status}, got {}: {}", r.status, r.body);
+    Ok(t0.elapsed().as_secs_f64() * 1000.0)
+}
+
+/// p50 and p99 of `v` (sorted in place).
+fn quantiles(v: &mut [f64]) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1];
+    (q(0.5), q(0.99))
 }
 
 async fn replica(bin: &Path, dir: &Path, name: &str, config: &str) -> anyhow::Result<(String, Kill)> {
