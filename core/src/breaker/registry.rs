@@ -46,14 +46,10 @@ impl BreakerRegistry {
         BreakerRegistry { breakers: BTreeMap::new(), cap: cap.max(1) }
     }
 
-    /// Number of breakers held.
-    pub fn len(&self) -> usize {
+    /// Number of breakers held (tests: the cap).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.breakers.len()
-    }
-
-    /// Whether no breaker is held.
-    pub fn is_empty(&self) -> bool {
-        self.breakers.is_empty()
     }
 
     /// The breaker of `provider`, if it exists.
