@@ -48,7 +48,11 @@ impl Gateway {
     /// Starts `ferroute --config CONFIG --listen 127.0.0.1:0` and reads the address it
     /// announces on stdout (an ephemeral port: concurrent tests never race for one).
     pub async fn start(config: &Path) -> Result<Gateway, String> {
-        let bin = ferroute()?;
+        Gateway::start_with(&ferroute()?, config).await
+    }
+
+    /// The same with the binary at `bin` (a release build, say).
+    pub async fn start_with(bin: &Path, config: &Path) -> Result<Gateway, String> {
         let mut child = Command::new(bin)
             .args(["--config"])
             .arg(config)

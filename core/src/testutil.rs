@@ -8,3 +8,16 @@ use std::time::Instant;
 pub fn t0() -> Instant {
     Instant::now()
 }
+
+/// Candidates on provider `openai` (an API-key provider), model `gpt-4o`, one per id, each its
+/// own target in order.
+pub fn cands<'a>(ids: &'a [&'a str]) -> Vec<crate::engine::Candidate<'a>> {
+    use crate::engine::{Candidate, Traits};
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| Candidate {
+            traits: Traits { target: i, ..Traits::default() },
+            ..Candidate::new("openai", crate::types::ProviderClass::ApiKey, id, "gpt-4o")
+        })
+        .collect()
+}

@@ -2,23 +2,13 @@
 //! nothing echoes back.
 
 use super::*;
-use crate::engine::{AttemptOutcome, Candidate, Route, Selection, Strategy, Traits};
+use crate::engine::{AttemptOutcome, Candidate, Route, Selection, Strategy};
 use crate::settings::ResilienceSettings;
-use crate::testutil::t0;
+use crate::testutil::{cands, t0};
 use crate::tried::Tried;
 use crate::types::TerminalState;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
-
-fn cands<'a>(ids: &'a [&'a str]) -> Vec<Candidate<'a>> {
-    ids.iter()
-        .enumerate()
-        .map(|(i, id)| Candidate {
-            traits: Traits { target: i, ..Traits::default() },
-            ..Candidate::new("openai", ProviderClass::ApiKey, id, "gpt-4o")
-        })
-        .collect()
-}
 
 fn class_of(provider: &str) -> Option<ProviderClass> {
     (provider == "openai").then_some(ProviderClass::ApiKey)

@@ -1,20 +1,10 @@
 //! Engine tests: selection, outcome recording across layers, exclusions, determinism.
 
 use super::*;
-use crate::testutil::t0;
+use crate::testutil::{cands, t0};
 use crate::tried::Tried;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
-
-fn cands<'a>(ids: &'a [&'a str]) -> Vec<Candidate<'a>> {
-    ids.iter()
-        .enumerate()
-        .map(|(i, id)| Candidate {
-            traits: Traits { target: i, ..Traits::default() },
-            ..Candidate::new("openai", ProviderClass::ApiKey, id, "gpt-4o")
-        })
-        .collect()
-}
 
 /// Settings whose API-key breaker opens on the first failure.
 fn one_failure_opens() -> ResilienceSettings {

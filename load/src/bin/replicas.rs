@@ -12,6 +12,7 @@
 //!
 //! `cargo build --release -p proxy && cargo run --release -p load --bin replicas`
 
+use chaos::binary::Gateway;
 use chaos::client::{health, send};
 use clap::Parser;
 use scenarios::{Behaviour, Script, ScriptedUpstream, serve_upstream};
@@ -75,6 +76,11 @@ async fn main() -> anyhow::Result<()> {
             .spawn()
             .map_err(|e| anyhow::anyhow!("cannot start redis-server ({e}): install it with tests/redis/setup.sh"))?,
     );
+    let listening = Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        anyhow::ensure!(Instant::now() < listening, "redis-server did not listen on {port}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let limited = Script::always(Behaviour::status_with(
         429,
         &[("retry-after", "600")],
@@ -194,28 +200,11 @@ fn quantiles(v: &mut [f64]) -> (f64, f64) {
     (q(0.5), q(0.99))
 }
 
-async fn replica(bin: &Path, dir: &Path, name: &str, config: &str) -> anyhow::Result<(String, Kill)> {
+async fn replica(bin: &Path, dir: &Path, name: &str, config: &str) -> anyhow::Result<(String, Gateway)> {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, config)?;
-    let mut child = Command::new(bin)
-        .args(["--config", &path.display().to_string(), "--listen", "127.0.0.1:0"])
-        .env("FERROUTE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let kill = Kill(child);
-    let line = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|l| l.strip_prefix("ferroute listening on ").map(str::to_owned))
-    });
-    match tokio::time::timeout(Duration::from_secs(20), line).await {
-        Ok(Ok(Some(base))) => Ok((base, kill)),
-        other => anyhow::bail!("replica {name} did not start: {other:?}"),
-    }
+    let gw = Gateway::start_with(bin, &path).await.map_err(|e| anyhow::anyhow!("replica {name}: {e}"))?;
+    Ok((gw.base.clone(), gw))
 }
 
 /// B's count of applied changes, from `/metrics` (cheaper than the health JSON, which lists
