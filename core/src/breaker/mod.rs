@@ -442,6 +442,15 @@ impl Breaker {
         }
     }
 
+    /// A success of `conn`: its next failure counts again, even inside the dedupe window
+    /// (BEHAVIOUR.md §4: `recordProviderSuccess` clears the connection's dedupe key). Nothing
+    /// changes while the breaker is open.
+    pub fn forget_failure_of(&mut self, now: Instant, conn: &str) {
+        if self.state(now) != BreakerState::Open {
+            self.dedupe.remove(conn);
+        }
+    }
+
     fn on_success_flowing(&mut self) {
         self.failure_count = self.failure_count.saturating_sub(1);
         // Degraded => Closed

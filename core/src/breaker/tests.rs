@@ -177,6 +177,25 @@ fn same_connection_failures_within_window_count_once() {
 }
 
 #[test]
+fn a_success_lets_the_connections_next_failure_count_again() {
+    let now = t0();
+    let mut c = cfg(5, 5, 30_000);
+    c.dedupe_window = MS(5_000);
+    let mut b = Breaker::new(&c, now);
+    let fail_at = |b: &mut Breaker, at, conn| {
+        let t = b.try_admit(at).ticket().expect("admitted");
+        b.handle_outcome(at, t, Outcome::Failure { connection: Some(conn) });
+    };
+    fail_at(&mut b, now, "c1");
+    fail_at(&mut b, now, "c2");
+    b.forget_failure_of(now + MS(100), "c1");
+    fail_at(&mut b, now + MS(200), "c1");
+    assert_eq!(b.failure_count(), 3, "c1 succeeded in between: its failure counts again");
+    fail_at(&mut b, now + MS(300), "c2");
+    assert_eq!(b.failure_count(), 3, "c2's key is still remembered");
+}
+
+#[test]
 fn manual_reset_closes_and_stale_probe_is_ignored() {
     let now = t0();
     let mut b = Breaker::new(&cfg(1, 1, 100), now);

@@ -448,7 +448,9 @@ impl Engine {
         let bcfg = self.derived.breaker(c.class);
         match outcome {
             AttemptOutcome::Success => {
-                self.breakers.get_or_insert(c.provider, bcfg, now).handle_outcome(now, ticket, Outcome::Success);
+                let breaker = self.breakers.get_or_insert(c.provider, bcfg, now);
+                breaker.handle_outcome(now, ticket, Outcome::Success);
+                breaker.forget_failure_of(now, c.connection);
                 let conn = self.connection_mut(c.connection);
                 let had_errors = *conn != ConnectionState::default();
                 conn.record_success();
