@@ -378,7 +378,8 @@ impl ModelLockouts {
         expired.sort();
         let Some(&cutoff) = expired.get((total - EVICTION_CAP).min(expired.len()).saturating_sub(1)) else { return };
         for bucket in self.locks.values_mut() {
-            bucket.retain(|l| l.until > now || l.until > cutoff);
+            // The cutoff is an expired lock's end, so every active lock ends after it.
+            bucket.retain(|l| l.until > cutoff);
         }
         self.locks.retain(|_, b| !b.is_empty());
     }

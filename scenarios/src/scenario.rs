@@ -77,7 +77,8 @@ pub struct Workload {
     /// Number of requests.
     #[serde(default = "one")]
     pub count: u64,
-    /// The `model` asked for (unused when `body` is given).
+    /// The `model` asked for (unused when `body` is given); `{seq}` is replaced by the
+    /// request's number, so one workload can ask for many models.
     #[serde(default)]
     pub model: String,
     /// Whether to stream.

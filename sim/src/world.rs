@@ -262,10 +262,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                 }
             }
             plan.sort_by_key(|(at, _)| *at);
-            for (at, w) in plan {
+            for (at, mut w) in plan {
                 let (http, shared, client) = (http.clone(), Arc::clone(&shared), client_name.clone());
                 let my_seq = seq;
                 seq += 1;
+                w.model = w.model.replace("{seq}", &my_seq.to_string());
                 lock(&shared).rec.issued.insert((client.clone(), my_seq), None);
                 tasks.push(tokio::spawn(async move {
                     tokio::time::sleep_until(start + Duration::from_millis(at)).await;

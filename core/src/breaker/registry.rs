@@ -91,14 +91,10 @@ impl BreakerRegistry {
         self.breakers.len()
     }
 
-    /// Resets one breaker; returns whether it existed.
-    pub fn reset(&mut self, provider: &str, now: Instant) -> bool {
-        match self.breakers.get_mut(provider) {
-            Some(b) => {
-                b.reset(now);
-                true
-            }
-            None => false,
+    /// Resets one breaker, if it exists.
+    pub fn reset(&mut self, provider: &str, now: Instant) {
+        if let Some(b) = self.breakers.get_mut(provider) {
+            b.reset(now);
         }
     }
 
