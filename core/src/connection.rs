@@ -6,7 +6,7 @@
 //! overwrites. Recovery is lazy: once `rate_limited_until` passes, the connection is usable.
 
 use crate::classify::{ConnectionEffect, Decision};
-use crate::types::{ConnectionStatus, Reason, TerminalState, scaled};
+use crate::types::{ConnectionStatus, Reason, TerminalState, after, scaled};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
@@ -106,6 +106,23 @@ pub struct ConnectionSnapshot {
     pub rejected_streak: u32,
     /// Age of the last refusal in ms.
     pub rejected_age_ms: Option<u64>,
+}
+
+impl ConnectionSnapshot {
+    /// The snapshot as seen `ms` later (the process was down, or it travelled to another
+    /// replica): remaining times shortened, ages lengthened, and a cooldown that ran out meanwhile
+    /// ended that long ago (so a quiet spanning the gap still restarts the ladder).
+    pub fn aged(mut self, ms: u64) -> ConnectionSnapshot {
+        if self.cooldown_remaining_ms > 0 && self.cooldown_remaining_ms <= ms {
+            self.cooldown_ended_ms_ago = Some(ms - self.cooldown_remaining_ms);
+        } else {
+            self.cooldown_ended_ms_ago = self.cooldown_ended_ms_ago.map(|m| m.saturating_add(ms));
+        }
+        self.cooldown_remaining_ms = self.cooldown_remaining_ms.saturating_sub(ms);
+        self.expired_retry_in_ms = self.expired_retry_in_ms.map(|m| m.saturating_sub(ms));
+        self.rejected_age_ms = self.rejected_age_ms.map(|m| m.saturating_add(ms));
+        self
+    }
 }
 
 impl Default for ConnectionState {
@@ -373,14 +390,14 @@ impl ConnectionState {
         if let Some(state) = s.terminal {
             self.terminal = Some(state);
             self.expired_retries = s.expired_retries;
-            self.expired_retry_at = s.expired_retry_in_ms.map(|m| now + d(m));
+            self.expired_retry_at = s.expired_retry_in_ms.map(|m| after(now, m));
             self.take_error(s);
             return Applied::Terminal(state);
         }
         if s.cooldown_remaining_ms == 0 {
             return Applied::Unchanged;
         }
-        let until = now + d(s.cooldown_remaining_ms);
+        let until = after(now, s.cooldown_remaining_ms);
         if self.rate_limited_until.is_some_and(|mine| mine >= until) {
             return Applied::Unchanged;
         }
@@ -405,7 +422,7 @@ impl ConnectionState {
             // An ended cooldown keeps its deadline in the past (the quiet since then counts);
             // one further back than this process's own past is forgotten.
             rate_limited_until: if s.cooldown_remaining_ms > 0 {
-                Some(now + d(s.cooldown_remaining_ms))
+                Some(after(now, s.cooldown_remaining_ms))
             } else {
                 s.cooldown_ended_ms_ago.and_then(|ago| now.checked_sub(d(ago)))
             },
@@ -415,7 +432,7 @@ impl ConnectionState {
             last_error_type: s.last_error_type,
             error_code: s.error_code,
             expired_retries: s.expired_retries,
-            expired_retry_at: s.expired_retry_in_ms.map(|m| now + d(m)),
+            expired_retry_at: s.expired_retry_in_ms.map(|m| after(now, m)),
             streak: match (s.rejected_streak, s.rejected_age_ms) {
                 (c, Some(age)) if c > 0 && d(age) < REQUEST_REJECTED_WINDOW => {
                     // An age beyond the process's own past cannot be represented; the streak

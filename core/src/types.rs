@@ -188,6 +188,14 @@ impl From<TerminalState> for ConnectionStatus {
     }
 }
 
+/// The instant `ms` after `now`, for times read from a snapshot or another replica: a value too
+/// large to represent (a corrupt row, a bad message) is held at a year rather than overflow.
+pub fn after(now: std::time::Instant, ms: u64) -> std::time::Instant {
+    const YEAR: std::time::Duration = std::time::Duration::from_secs(366 * 86_400);
+    let d = std::time::Duration::from_millis(ms).min(YEAR);
+    now.checked_add(d).unwrap_or(now)
+}
+
 /// Saturating `base * 2^exp`, for backoff ladders that must never overflow.
 pub fn scaled(base: std::time::Duration, exp: u32) -> std::time::Duration {
     let factor = 1u32.checked_shl(exp.min(31)).unwrap_or(u32::MAX);

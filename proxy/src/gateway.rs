@@ -1,11 +1,11 @@
 //! The gateway's shared state: config, the core engine behind one lock, admission queues,
 //! the store, metrics and the upstream client.
 
-use crate::clock::{Clock, ms};
+use crate::clock::Clock;
 use crate::config::{Config, ConnectionConfig, ProviderConfig};
 use crate::metrics::Metrics;
 use crate::replicas::Replicas;
-use crate::store::{PinWrite, Store, StoreError, age_breaker, age_connection};
+use crate::store::{PinWrite, Store, StoreError};
 use bytes::Bytes;
 use ferroute_core::admission::{AdmissionQueue, Enter, FailMode, Permit, QueueLimits, QueueRejection, WaitExpiry};
 use ferroute_core::engine::{Candidate, Engine, Event, OutcomeKind, SharedChange, Strategy, Traits};
@@ -213,11 +213,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         for (provider, snap, saved) in loaded.breakers {
             let Some(p) = self.config.provider(&provider) else { continue };
             let cfg = self.config.resilience.breaker_config(p.class);
-            engine.breakers_mut().restore(&provider, &cfg, &age_breaker(snap, wall.saturating_sub(saved)), now);
+            engine.breakers_mut().restore(&provider, &cfg, &snap.aged(wall.saturating_sub(saved)), now);
         }
         for (id, snap, saved) in loaded.connections {
             if self.config.connections.iter().any(|c| c.id == id) {
-                engine.restore_connection(&id, &age_connection(snap, wall.saturating_sub(saved)), now);
+                engine.restore_connection(&id, &snap.aged(wall.saturating_sub(saved)), now);
             }
         }
         // M5: pins keep their wall-clock expiry across a restart; pins to connections no longer
@@ -304,7 +304,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             r.publish(shared, self.clock.wall_ms(now));
         }
         for ev in &events {
-            log_event(ev, &self.clock);
+            crate::event_log::log_event(ev, &self.clock);
             if let Event::Lane { connection, change } = ev {
                 let event = match change {
                     LaneChange::Accepted { .. } => "accepted".to_owned(),
@@ -552,48 +552,6 @@ impl<C: Connect + Clone + Send + Sync + 'static> Drop for CancelWait<C> {
     fn drop(&mut self) {
         if self.armed {
             self.gw.cancel_wait(&self.key, self.waiter);
-        }
-    }
-}
-
-fn log_event(ev: &Event, clock: &Clock) {
-    match ev {
-        Event::Breaker(t) => {
-            tracing::warn!(provider = %t.provider, from = t.from.as_str(), to = t.to.as_str(), reason = ?t.reason, "breaker transition")
-        }
-        Event::ConnectionCooldown { connection, until, level, reason } => {
-            tracing::info!(%connection, until = %crate::clock::rfc3339(clock.wall_ms(*until)), level, reason = reason.as_str(), "connection cooling down")
-        }
-        Event::ConnectionTerminal { connection, state } => {
-            tracing::warn!(%connection, state = state.as_str(), "connection terminal")
-        }
-        Event::ConnectionRecovered { connection } => tracing::info!(%connection, "connection recovered"),
-        Event::Lockout { provider, connection, model, cooldown } => {
-            tracing::info!(%provider, %connection, %model, cooldown_ms = ms(*cooldown), "model locked out")
-        }
-        Event::LockoutsCleared { provider, connection, model, removed } => {
-            let any = |v: &Option<Arc<str>>| v.as_deref().unwrap_or("*").to_owned();
-            tracing::info!(
-                provider = any(provider),
-                connection = any(connection),
-                model = any(model),
-                removed,
-                "model lockouts cleared"
-            )
-        }
-        // Session keys may carry client identifiers: pins are logged at debug level only.
-        Event::Pin(PinEvent::Set { provider, connection, .. }) => {
-            tracing::debug!(%provider, %connection, "session pinned")
-        }
-        Event::Pin(PinEvent::Dropped { provider, .. }) => tracing::debug!(%provider, "session pin dropped"),
-        Event::Lane { connection, change: LaneChange::Accepted { until } } => {
-            tracing::warn!(%connection, until = %crate::clock::rfc3339(clock.wall_ms(*until)), "usage limit: low-priority lane accepted")
-        }
-        Event::Lane { connection, change: LaneChange::Ended(why) } => {
-            tracing::info!(%connection, reason = why.as_str(), "usage limit: low-priority lane ended")
-        }
-        Event::Lane { connection, change: LaneChange::Reset(outcome) } => {
-            tracing::info!(%connection, outcome = outcome.as_str(), "usage limit: session-limit reset tried")
         }
     }
 }

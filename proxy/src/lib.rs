@@ -13,6 +13,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod egress;
 pub mod errors;
+mod event_log;
 pub mod exchange;
 pub mod forward;
 pub mod gateway;

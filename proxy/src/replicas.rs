@@ -272,12 +272,17 @@ where
     let stored: Vec<(String, String)> = conn.hgetall(&keys.state).await?;
     let gw = serving.current();
     let wall = gw.clock.wall_now_ms();
-    let changes: Vec<SharedChange> = stored
-        .iter()
-        .filter_map(|(_, json)| serde_json::from_str::<Envelope>(json).ok())
-        .filter(|e| e.replica != me.name)
-        .map(|e| e.aged(wall))
-        .collect();
+    let mut changes = Vec::with_capacity(stored.len());
+    for (field, json) in &stored {
+        match serde_json::from_str::<Envelope>(json) {
+            Ok(e) if e.replica == me.name => {}
+            Ok(e) => changes.push(e.aged(wall)),
+            Err(e) => {
+                me.stats.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%field, error = %e, "skipped an unreadable entry of the shared state");
+            }
+        }
+    }
     let loaded = changes.len();
     gw.apply_shared(changes);
     me.stats.applied.fetch_add(loaded as u64, Ordering::Relaxed);

@@ -226,28 +226,6 @@ fn upsert<T: serde::Serialize>(
     Ok(())
 }
 
-/// Ages a breaker snapshot by the time the process was down.
-pub fn age_breaker(mut s: BreakerSnapshot, down_ms: u64) -> BreakerSnapshot {
-    s.open_remaining_ms = s.open_remaining_ms.saturating_sub(down_ms);
-    if s.state == ferroute_core::breaker::BreakerState::Open && s.open_remaining_ms == 0 {
-        s.state = ferroute_core::breaker::BreakerState::HalfOpen;
-    }
-    s
-}
-
-/// Ages a connection snapshot by the time the process was down.
-pub fn age_connection(mut s: ConnectionSnapshot, down_ms: u64) -> ConnectionSnapshot {
-    if s.cooldown_remaining_ms > 0 && s.cooldown_remaining_ms <= down_ms {
-        s.cooldown_ended_ms_ago = Some(down_ms - s.cooldown_remaining_ms);
-    } else {
-        s.cooldown_ended_ms_ago = s.cooldown_ended_ms_ago.map(|m| m.saturating_add(down_ms));
-    }
-    s.cooldown_remaining_ms = s.cooldown_remaining_ms.saturating_sub(down_ms);
-    s.expired_retry_in_ms = s.expired_retry_in_ms.map(|m| m.saturating_sub(down_ms));
-    s.rejected_age_ms = s.rejected_age_ms.map(|m| m.saturating_add(down_ms));
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,15 +248,15 @@ mod tests {
         let loaded = store.load().expect("load");
         assert_eq!(loaded.breakers, vec![("openai".to_owned(), b.clone(), 1_000)]);
         assert_eq!(loaded.connections[0].1, c);
-        let aged = age_breaker(b, 25_000);
+        let aged = b.aged(25_000);
         assert_eq!((aged.state, aged.open_remaining_ms), (BreakerState::HalfOpen, 0));
-        assert_eq!(age_connection(c.clone(), 1_000).cooldown_remaining_ms, 4_000);
-        assert_eq!(age_connection(c.clone(), 1_000).cooldown_ended_ms_ago, None);
+        assert_eq!(c.clone().aged(1_000).cooldown_remaining_ms, 4_000);
+        assert_eq!(c.clone().aged(1_000).cooldown_ended_ms_ago, None);
         // A cooldown that ended while the process was down ended that long before the restart,
         // and an ended one keeps ageing.
-        let ended = age_connection(c, 12_000);
+        let ended = c.aged(12_000);
         assert_eq!((ended.cooldown_remaining_ms, ended.cooldown_ended_ms_ago), (0, Some(7_000)));
-        assert_eq!(age_connection(ended, 3_000).cooldown_ended_ms_ago, Some(10_000));
+        assert_eq!(ended.aged(3_000).cooldown_ended_ms_ago, Some(10_000));
         store.save_setting("resilience.effective", "{}", 5).expect("setting");
         assert_eq!(store.setting("resilience.effective").expect("read").as_deref(), Some("{}"));
         assert_eq!(store.setting("missing").expect("read"), None);

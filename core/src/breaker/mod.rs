@@ -6,6 +6,7 @@
 //! as `now`.
 
 mod registry;
+mod replica;
 #[cfg(test)]
 mod tests;
 
@@ -226,7 +227,7 @@ impl Breaker {
         b.open_cycle_count = snap.open_cycle_count;
         b.state = snap.state;
         if snap.state == BreakerState::Open {
-            b.open_until = Some(now + Duration::from_millis(snap.open_remaining_ms));
+            b.open_until = Some(crate::types::after(now, snap.open_remaining_ms));
         }
         b.refresh(now);
         b
@@ -372,50 +373,6 @@ impl Breaker {
         self.generation += 1;
         self.state = BreakerState::Closed;
         self.emit(from, BreakerState::Closed, TransitionReason::ManualReset);
-    }
-
-    /// A provider-level failure another replica counted (shared state): counted here as an
-    /// ordinary failure of `connection`, deduplicated per connection as local ones are.
-    pub fn record_replica_failure(&mut self, now: Instant, connection: &str) {
-        self.refresh(now);
-        if matches!(self.state, BreakerState::Closed | BreakerState::Degraded) {
-            self.on_failure_flowing(now, Some(connection), true);
-        }
-    }
-
-    /// Another replica's breaker opened until `until` after `cycles` failed-probe cycles: this
-    /// one is open until then too. The later deadline wins; a deadline already past is ignored.
-    pub fn open_from_replica(&mut self, now: Instant, until: Instant, cycles: u32) {
-        self.refresh(now);
-        if until <= now {
-            return;
-        }
-        self.open_cycle_count = self.open_cycle_count.max(cycles);
-        match (self.state, self.open_until) {
-            (BreakerState::Open, Some(mine)) if mine >= until => {}
-            (BreakerState::Open, _) => self.open_until = Some(until),
-            _ => {
-                self.open_until = Some(until);
-                self.probes_in_flight = 0;
-                self.generation += 1;
-                self.transition(BreakerState::Open, TransitionReason::Replica);
-            }
-        }
-    }
-
-    /// Another replica's probe succeeded (or an operator reset its breaker): closed here too,
-    /// every counter zeroed.
-    pub fn close_from_replica(&mut self, now: Instant) {
-        self.refresh(now);
-        self.failure_count = 0;
-        self.open_cycle_count = 0;
-        self.last_failure_at = None;
-        self.dedupe.clear();
-        if self.state != BreakerState::Closed {
-            self.probes_in_flight = 0;
-            self.generation += 1;
-            self.transition(BreakerState::Closed, TransitionReason::Replica);
-        }
     }
 
     fn handle_probe_outcome(&mut self, now: Instant, ticket: Ticket, outcome: Outcome<'_>) {

@@ -5,22 +5,16 @@
 //! provider cooldown tracker, and says what the client should see. Production and simulation
 //! call the same methods.
 
-use crate::breaker::BreakerConfig;
-use crate::breaker::{Admission, BreakerRegistry, BreakerState, BreakerTransition, Outcome, Ticket};
-use crate::classify::CooldownProfile;
+use crate::breaker::{Admission, BreakerRegistry, BreakerState, Outcome, Ticket};
 use crate::classify::{ConnectionEffect, Decision, ErrorInput, classify, classify_transport};
 use crate::connection::{Applied, Availability, ConnectionSnapshot, ConnectionState};
-use crate::lockout::LockoutConfig;
 use crate::lockout::{LockRequest, ModelLockouts, rule_lock_scope};
-use crate::provider_cooldown::ProviderCooldownConfig;
 use crate::provider_cooldown::ProviderCooldownTracker;
-use crate::session::{Affinity, PinEvent};
+use crate::session::Affinity;
 use crate::settings::ResilienceSettings;
 use crate::strategy::Memory;
-use crate::types::{ProviderClass, Reason, TerminalState};
-use crate::usage_limit::{
-    LaneChange, LaneRequest, LaneView, Lanes, Options as LaneOptions, ResetOutcome, Seen, Step as LaneStep,
-};
+use crate::types::{Reason, TerminalState};
+use crate::usage_limit::{LaneRequest, LaneView, Lanes, Options as LaneOptions, ResetOutcome, Seen, Step as LaneStep};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, VecDeque};
@@ -34,104 +28,8 @@ pub use candidate::{Candidate, Route, Traits};
 
 pub use outcome::{AttemptOutcome, OutcomeKind};
 
-/// A state change anywhere in the engine, as the shell logs it and the simulation checks it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// A breaker moved.
-    Breaker(BreakerTransition),
-    /// A connection started a cooldown.
-    ConnectionCooldown {
-        /// Connection id.
-        connection: Arc<str>,
-        /// Its end.
-        until: Instant,
-        /// Stored backoff level.
-        level: u32,
-        /// Why.
-        reason: Reason,
-    },
-    /// A connection became terminal.
-    ConnectionTerminal {
-        /// Connection id.
-        connection: Arc<str>,
-        /// Which state.
-        state: TerminalState,
-    },
-    /// A connection recovered (success after errors, or operator reset).
-    ConnectionRecovered {
-        /// Connection id.
-        connection: Arc<str>,
-    },
-    /// A session pin changed (M5).
-    Pin(PinEvent),
-    /// A connection's Claude usage-limit state changed (M4).
-    Lane {
-        /// Connection id.
-        connection: Arc<str>,
-        /// What changed.
-        change: LaneChange,
-    },
-    /// A model lockout was recorded.
-    Lockout {
-        /// Provider.
-        provider: Arc<str>,
-        /// Connection.
-        connection: Arc<str>,
-        /// Model.
-        model: Arc<str>,
-        /// Its length.
-        cooldown: Duration,
-    },
-    /// Model lockouts were cleared by an operator (or with their connection's key): those of
-    /// `model` on `connection` of `provider`, each field narrowing; all `None` is every lockout.
-    LockoutsCleared {
-        /// Provider, when one was named.
-        provider: Option<Arc<str>>,
-        /// Connection, when one was named.
-        connection: Option<Arc<str>>,
-        /// Model, when one was named.
-        model: Option<Arc<str>>,
-        /// How many locks went.
-        removed: usize,
-    },
-}
-
-/// Configs derived from the settings once, not per decision.
-#[derive(Debug, Clone)]
-struct Derived {
-    breaker: [BreakerConfig; 3],
-    profile: [CooldownProfile; 3],
-    lockout: LockoutConfig,
-    provider_cooldown: ProviderCooldownConfig,
-}
-
-impl Derived {
-    fn new(s: &ResilienceSettings) -> Self {
-        let classes = [ProviderClass::ApiKey, ProviderClass::OAuth, ProviderClass::Local];
-        Derived {
-            breaker: classes.map(|c| s.breaker_config(c)),
-            profile: classes.map(|c| s.cooldown_profile(c)),
-            lockout: s.lockout_config(),
-            provider_cooldown: s.provider_cooldown_config(),
-        }
-    }
-
-    fn index(class: ProviderClass) -> usize {
-        match class {
-            ProviderClass::ApiKey => 0,
-            ProviderClass::OAuth => 1,
-            ProviderClass::Local => 2,
-        }
-    }
-
-    fn breaker(&self, class: ProviderClass) -> &BreakerConfig {
-        &self.breaker[Self::index(class)]
-    }
-
-    fn profile(&self, class: ProviderClass) -> &CooldownProfile {
-        &self.profile[Self::index(class)]
-    }
-}
+use derived::Derived;
+pub use event::Event;
 
 /// The engine.
 #[derive(Debug, Clone)]
@@ -280,46 +178,6 @@ impl Engine {
         &self.lockouts
     }
 
-    /// M17: clears model lockouts: `model` on `connection` of `provider`, `model` on every
-    /// connection of `provider` (no connection), or every lockout (nothing named). Returns how
-    /// many locks went; a clear that removed any is announced.
-    pub fn clear_lockouts(&mut self, target: Option<(&str, Option<&str>, &str)>) -> usize {
-        if self.outbox.is_some() {
-            let (provider, connection, model) = match target {
-                Some((p, c, m)) => (Some(self.intern(p)), c.map(|c| self.intern(c)), Some(self.intern(m))),
-                None => (None, None, None),
-            };
-            self.collect(shared::Pending::Cleared { provider, connection, model });
-        }
-        self.clear_lockouts_quietly(target)
-    }
-
-    /// [`Engine::clear_lockouts`] without sharing the clear (it came from another replica).
-    fn clear_lockouts_quietly(&mut self, target: Option<(&str, Option<&str>, &str)>) -> usize {
-        let removed = match target {
-            Some((provider, Some(connection), model)) => self.lockouts.clear(provider, connection, model),
-            Some((provider, None, model)) => self.lockouts.clear_model(provider, model),
-            None => self.lockouts.clear_all(),
-        };
-        if removed > 0 {
-            let provider = target.map(|(p, _, _)| self.intern(p));
-            let connection = target.and_then(|(_, c, _)| c).map(|c| self.intern(c));
-            let model = target.map(|(_, _, m)| self.intern(m));
-            self.push(Event::LockoutsCleared { provider, connection, model, removed });
-        }
-        removed
-    }
-
-    /// Forgets every lock of one connection (its key or provider changed); announced as a clear.
-    pub fn clear_connection_lockouts(&mut self, connection: &str) -> usize {
-        let removed = self.lockouts.clear_connection(connection);
-        if removed > 0 {
-            let connection = Some(self.intern(connection));
-            self.push(Event::LockoutsCleared { provider: None, connection, model: None, removed });
-        }
-        removed
-    }
-
     /// The next event, oldest first.
     pub fn poll_event(&mut self) -> Option<Event> {
         if let Some(t) = self.breakers.poll_event() {
@@ -345,12 +203,6 @@ impl Engine {
             .into_iter()
             .flatten()
             .min()
-    }
-
-    /// Operator reset: every breaker closed, every lockout cleared. Returns the breaker count.
-    pub fn reset_all(&mut self, now: Instant) -> usize {
-        self.clear_lockouts(None);
-        self.breakers.reset_all(now)
     }
 
     /// Drops expired bookkeeping (lockouts past their window, idle tracker records).
@@ -606,6 +458,9 @@ impl Engine {
 }
 
 mod candidate;
+mod derived;
+mod event;
+mod operator;
 mod outcome;
 mod route;
 mod shared;

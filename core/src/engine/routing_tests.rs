@@ -4,6 +4,7 @@
 use super::*;
 use crate::testutil::t0;
 use crate::tried::Tried;
+use crate::types::ProviderClass;
 use proptest::prelude::{ProptestConfig, any, prop_assert, proptest};
 
 /// Two combo targets (`m1`, `m2`) on one provider, each over connections `a` and `b`.

@@ -12,7 +12,7 @@
 use super::{Engine, Event};
 use crate::breaker::{BreakerState, BreakerTransition, TransitionReason};
 use crate::connection::{Applied, ConnectionSnapshot};
-use crate::types::{ProviderClass, Reason};
+use crate::types::{ProviderClass, Reason, after};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,14 +85,7 @@ impl SharedChange {
                 *open_remaining_ms = open_remaining_ms.saturating_sub(ms);
             }
             SharedChange::Lockout { remaining_ms, .. } => *remaining_ms = remaining_ms.saturating_sub(ms),
-            SharedChange::Connection { snapshot, .. } => {
-                let s = snapshot;
-                if s.cooldown_remaining_ms > 0 && s.cooldown_remaining_ms <= ms {
-                    s.cooldown_ended_ms_ago = Some(ms - s.cooldown_remaining_ms);
-                }
-                s.cooldown_remaining_ms = s.cooldown_remaining_ms.saturating_sub(ms);
-                s.expired_retry_in_ms = s.expired_retry_in_ms.map(|m| m.saturating_sub(ms));
-            }
+            SharedChange::Connection { snapshot, .. } => *snapshot = std::mem::take(snapshot).aged(ms),
             SharedChange::ProviderFailure { .. }
             | SharedChange::BreakerClosed { .. }
             | SharedChange::LockoutsCleared { .. } => {}
@@ -263,7 +256,7 @@ impl Engine {
             SharedChange::BreakerOpened { provider, open_remaining_ms, open_cycle_count } => {
                 let Some(class) = class_of(provider) else { return };
                 let cfg = self.derived.breaker(class);
-                let until = now + Duration::from_millis(*open_remaining_ms);
+                let until = after(now, *open_remaining_ms);
                 self.breakers.get_or_insert(provider, cfg, now).open_from_replica(now, until, *open_cycle_count);
             }
             SharedChange::BreakerClosed { provider } => {
@@ -286,7 +279,7 @@ impl Engine {
                 }
             }
             SharedChange::Lockout { provider, connection, model, reason, remaining_ms } => {
-                let until = now + Duration::from_millis(*remaining_ms);
+                let until = after(now, *remaining_ms);
                 if let Some(cooldown) = self.lockouts.merge_replica(now, (provider, connection, model), *reason, until)
                 {
                     let (provider, connection, model) =
@@ -294,21 +287,19 @@ impl Engine {
                     self.push(Event::Lockout { provider, connection, model, cooldown });
                 }
             }
-            SharedChange::LockoutsCleared { provider, connection, model } => {
-                let target = match (provider, model) {
-                    (Some(p), Some(m)) => Some((p.as_str(), connection.as_deref(), m.as_str())),
-                    _ => None,
-                };
-                if target.is_some() || (provider.is_none() && connection.is_none() && model.is_none()) {
-                    self.clear_lockouts_quietly(target);
-                } else if let (None, Some(c), None) = (provider, connection, model) {
-                    let removed = self.lockouts.clear_connection(c);
-                    if removed > 0 {
-                        let connection = Some(self.intern(c));
-                        self.push(Event::LockoutsCleared { provider: None, connection, model: None, removed });
-                    }
+            SharedChange::LockoutsCleared { provider, connection, model } => match (provider, connection, model) {
+                (Some(p), c, Some(m)) => {
+                    self.clear_lockouts_quietly(Some((p.as_str(), c.as_deref(), m.as_str())));
                 }
-            }
+                (None, None, None) => {
+                    self.clear_lockouts_quietly(None);
+                }
+                (None, Some(c), None) => {
+                    self.clear_connection_lockouts(c);
+                }
+                // No clear names a provider without a model, or a model without a provider.
+                _ => {}
+            },
         }
     }
 }

@@ -225,3 +225,36 @@ fn without_sharing_nothing_is_collected() {
     assert!(e.take_shared(now).is_empty());
     assert!(!e.is_sharing());
 }
+
+#[test]
+fn times_too_large_to_represent_are_held_at_a_year_not_a_panic() {
+    let now = t0();
+    let mut b = replica();
+    let huge = u64::MAX;
+    b.apply_shared(
+        now,
+        &SharedChange::BreakerOpened { provider: "openai".into(), open_remaining_ms: huge, open_cycle_count: 0 },
+        &class_of,
+    );
+    assert_eq!(b.breaker_state(now, "openai"), BreakerState::Open);
+    let snapshot = ConnectionSnapshot {
+        cooldown_remaining_ms: huge,
+        expired_retry_in_ms: Some(huge),
+        ..ConnectionSnapshot::default()
+    };
+    b.apply_shared(
+        now,
+        &SharedChange::Connection { connection: "k1".into(), reason: Reason::RateLimitExceeded, snapshot },
+        &class_of,
+    );
+    assert!(b.connection("k1").rate_limited_until(now).is_some_and(|u| u > now + S(364 * 86_400)));
+    let lock = SharedChange::Lockout {
+        provider: "openai".into(),
+        connection: "k1".into(),
+        model: "gpt-4o".into(),
+        reason: Reason::RateLimitExceeded,
+        remaining_ms: huge,
+    };
+    b.apply_shared(now, &lock, &class_of);
+    assert!(b.lockouts().remaining(now, "openai", "k1", "gpt-4o", None).is_some());
+}

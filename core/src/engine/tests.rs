@@ -3,6 +3,7 @@
 use super::*;
 use crate::testutil::{cands, t0};
 use crate::tried::Tried;
+use crate::types::ProviderClass;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 
