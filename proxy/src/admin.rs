@@ -30,7 +30,8 @@ fn lockout_json(
 }
 
 /// `GET /api/monitoring/health`.
-pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+pub async fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+    let leases = crate::leases::active(gw).await;
     let now = gw.clock.now();
     let (providers, connections, lockouts, pins) = gw.with_engine(|e| {
         let providers: Vec<serde_json::Value> = gw
@@ -101,7 +102,7 @@ pub fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Re
         "model_lockouts": lockouts,
         "queues": queues,
         "session_pins": pins,
-        "leases": { "active": crate::leases::active(gw) },
+        "leases": { "active": leases },
         "state": state_json(gw),
         "emergency_fallback": {
             "target": gw.config.emergency_fallback.target,
@@ -257,10 +258,11 @@ pub fn models<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, anthr
 }
 
 /// `GET /metrics`.
-pub fn metrics<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+pub async fn metrics<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+    let leases = crate::leases::active(gw).await.unwrap_or(0);
     let now = gw.clock.now();
     let pins = gw.with_engine(|e| e.affinity().len(now));
-    gw.metrics.sessions(crate::leases::active(gw), pins);
+    gw.metrics.sessions(leases, pins);
     gw.with_engine(|e| {
         for p in &gw.config.providers {
             let state = e.breaker_state(now, &p.id);

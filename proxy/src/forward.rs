@@ -35,7 +35,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
     };
     // M14: a fenced request goes to its lease's connection only, or is refused here, before
     // anything is dispatched.
-    let leased = match crate::leases::fence_of(&gw, req.headers(), &client) {
+    let leased = match crate::leases::fence_of(&gw, req.headers(), &client).await {
         Ok(l) => l,
         Err(e) => return e.into_response_as(shape),
     };

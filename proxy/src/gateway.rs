@@ -245,15 +245,18 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// start and after each reload.
     pub fn invalidate_stale_leases(&self) -> Result<usize, StoreError> {
         let Some(store) = &self.store else { return Ok(0) };
-        let allowed = |key_id: &str, connection: &str| {
-            self.config.keys.iter().any(|k| k.id == key_id && k.may_lease_connection(connection))
-                && self.config.connections.iter().any(|c| c.id == connection)
-        };
+        let allowed = |key_id: &str, connection: &str| self.may_hold_lease(key_id, connection);
         let invalidated = store.invalidate_leases(&allowed, self.clock.wall_now_ms())?;
         if invalidated > 0 {
             tracing::warn!(invalidated, "leases whose key may no longer use their connection were invalidated");
         }
         Ok(invalidated)
+    }
+
+    /// Whether key `key_id` may hold a lease on `connection` under this config.
+    pub fn may_hold_lease(&self, key_id: &str, connection: &str) -> bool {
+        self.config.keys.iter().any(|k| k.id == key_id && k.may_lease_connection(connection))
+            && self.config.connections.iter().any(|c| c.id == connection)
     }
 
     /// Runs `f` on the engine (one synchronous call; never held across `.await`).

@@ -10,7 +10,9 @@ use crate::body::read_json;
 use crate::config::KeyConfig;
 use crate::errors::{Body, ProxyError, Source, json_response};
 use crate::gateway::Gateway;
+use crate::lease_redis::RedisLeases;
 use crate::lease_store::Acquired;
+use crate::store::Store;
 use ferroute_core::session::lease::{
     Lease, LeaseError, LeaseState, capacity_retry_after, clamp_ttl, fence, owner_hash, parse_generation, valid_owner,
 };
@@ -36,10 +38,128 @@ fn store_down(e: impl std::fmt::Display) -> ProxyError {
     refuse(LeaseError::ServiceUnavailable)
 }
 
-/// Active leases now (0 when the store cannot say).
-pub fn active<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> u64 {
-    let now_ms = gw.clock.wall_now_ms();
-    gw.store.as_ref().and_then(|s| s.active_leases(now_ms).ok()).unwrap_or(0)
+/// Where leases live: the gateway's SQLite store, or Redis when replicas share state. Both
+/// give the same answers to the same calls at the same instants (`proxy/tests/lease_contract.rs`
+/// runs one suite against both).
+#[derive(Clone, Copy)]
+pub enum LeaseBackend<'a> {
+    /// This gateway's own store.
+    Sqlite(&'a Store),
+    /// The store every replica shares.
+    Redis(&'a RedisLeases),
+}
+
+impl LeaseBackend<'_> {
+    /// The leases of `gw`: in Redis when it shares state, else in its store.
+    pub fn of<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Option<LeaseBackend<'_>> {
+        match gw.replicas() {
+            Some(r) => Some(LeaseBackend::Redis(r.leases())),
+            None => gw.store.as_deref().map(LeaseBackend::Sqlite),
+        }
+    }
+
+    /// Acquires a lease on the first of `eligible` no other owner holds (see
+    /// [`Store::acquire_lease`]).
+    pub async fn acquire(
+        &self,
+        owner: &str,
+        key: &str,
+        model: &str,
+        eligible: &[String],
+        ttl: std::time::Duration,
+        now_ms: u64,
+    ) -> Result<Acquired, String> {
+        match self {
+            LeaseBackend::Sqlite(s) => {
+                s.acquire_lease(owner, key, model, eligible, ttl, now_ms).map_err(|e| e.to_string())
+            }
+            LeaseBackend::Redis(r) => {
+                r.acquire(owner, key, model, eligible, ttl, now_ms).await.map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// The owner's lease of generation `g`.
+    pub async fn lease(&self, owner: &str, g: u64, now_ms: u64) -> Result<Option<Lease>, String> {
+        match self {
+            LeaseBackend::Sqlite(s) => s.lease(owner, g, now_ms).map_err(|e| e.to_string()),
+            LeaseBackend::Redis(r) => r.lease(owner, g, now_ms).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Extends an active lease to `now + ttl`.
+    pub async fn renew(
+        &self,
+        owner: &str,
+        g: u64,
+        ttl: std::time::Duration,
+        now_ms: u64,
+    ) -> Result<Option<Lease>, String> {
+        match self {
+            LeaseBackend::Sqlite(s) => s.renew_lease(owner, g, ttl, now_ms).map_err(|e| e.to_string()),
+            LeaseBackend::Redis(r) => r.renew(owner, g, ttl, now_ms).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Releases an active lease.
+    pub async fn release(&self, owner: &str, g: u64, now_ms: u64) -> Result<Option<Lease>, String> {
+        match self {
+            LeaseBackend::Sqlite(s) => s.release_lease(owner, g, now_ms).map_err(|e| e.to_string()),
+            LeaseBackend::Redis(r) => r.release(owner, g, now_ms).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Ends as INVALIDATED every active lease for which `allowed(key_id, connection)` is
+    /// false; returns how many.
+    pub async fn invalidate(
+        &self,
+        allowed: &(dyn Fn(&str, &str) -> bool + Sync),
+        now_ms: u64,
+    ) -> Result<usize, String> {
+        match self {
+            LeaseBackend::Sqlite(s) => s.invalidate_leases(&allowed, now_ms).map_err(|e| e.to_string()),
+            LeaseBackend::Redis(r) => {
+                let mut n = 0;
+                for l in r.active(now_ms).await.map_err(|e| e.to_string())? {
+                    if !allowed(&l.key_id, &l.connection)
+                        && r.invalidate(&l.owner_hash, l.generation, now_ms).await.map_err(|e| e.to_string())?
+                    {
+                        n += 1;
+                    }
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// How many leases are active at `now_ms`.
+    pub async fn active(&self, now_ms: u64) -> Result<u64, String> {
+        match self {
+            LeaseBackend::Sqlite(s) => s.active_leases(now_ms).map_err(|e| e.to_string()),
+            LeaseBackend::Redis(r) => r.active(now_ms).await.map(|v| v.len() as u64).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Active leases now (`None` when the store cannot say).
+pub async fn active<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Option<u64> {
+    LeaseBackend::of(gw)?.active(gw.clock.wall_now_ms()).await.ok()
+}
+
+/// M14: with leases in Redis, ends as INVALIDATED every active lease whose key may no longer
+/// use its connection under this replica's config (at start and after each reload; a gateway
+/// without replicas does this in its store, [`Gateway::invalidate_stale_leases`]). Returns how
+/// many.
+pub async fn invalidate_stale_shared<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+) -> Result<usize, String> {
+    let Some(b @ LeaseBackend::Redis(_)) = LeaseBackend::of(gw) else { return Ok(0) };
+    let allowed = |key_id: &str, connection: &str| gw.may_hold_lease(key_id, connection);
+    let n = b.invalidate(&allowed, gw.clock.wall_now_ms()).await?;
+    if n > 0 {
+        tracing::warn!(invalidated = n, "leases whose key may no longer use their connection were invalidated");
+    }
+    Ok(n)
 }
 
 /// The key behind a lease request, with the permission and allowed connections leases need.
@@ -136,7 +256,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
     // A body that is too large, late or not JSON gets the reader's own error (413, 408, 400
     // naming the problem), not a guess at the action.
     let (_, body) = read_json(req, 64 * 1024, timeout).await.map_err(|e| e.with("type", "lease_error".into()))?;
-    let Some(store) = gw.store.as_ref() else { return Err(refuse(LeaseError::ServiceUnavailable)) };
+    let Some(store) = LeaseBackend::of(gw) else { return Err(refuse(LeaseError::ServiceUnavailable)) };
     let now_ms = gw.clock.wall_now_ms();
     let ok = |v: Value| json_response(200, v.to_string());
     match body.get("action").and_then(Value::as_str) {
@@ -147,7 +267,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
             };
             let ttl = clamp_ttl(ttl_of(&body).map_err(refuse)?);
             let eligible = eligible(gw, &key, model)?;
-            match store.acquire_lease(&owner, &key.id, model, &eligible, ttl, now_ms).map_err(store_down)? {
+            match store.acquire(&owner, &key.id, model, &eligible, ttl, now_ms).await.map_err(store_down)? {
                 Acquired::Lease(l) => {
                     tracing::info!(key = %key.id, generation = l.generation, "lease acquired");
                     Ok(ok(lifecycle(gw, &l, now_ms, true)))
@@ -171,29 +291,29 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
         }
         Some("status") => {
             let g = generation_of(&body).map_err(refuse)?;
-            let l = store.lease(&owner, g, now_ms).map_err(store_down)?.filter(|l| l.key_id == key.id);
+            let l = store.lease(&owner, g, now_ms).await.map_err(store_down)?.filter(|l| l.key_id == key.id);
             let l = l.ok_or_else(|| refuse(LeaseError::LeaseRequired))?;
             Ok(ok(lifecycle(gw, &l, now_ms, true)))
         }
         Some("renew") => {
             let g = generation_of(&body).map_err(refuse)?;
             let ttl = clamp_ttl(ttl_of(&body).map_err(refuse)?);
-            let known = store.lease(&owner, g, now_ms).map_err(store_down)?.filter(|l| l.key_id == key.id);
+            let known = store.lease(&owner, g, now_ms).await.map_err(store_down)?.filter(|l| l.key_id == key.id);
             let Some(known) = known else { return Err(refuse(LeaseError::LeaseRequired)) };
             if known.state_at(now_ms) != LeaseState::Active {
                 return Err(refuse(LeaseError::FenceStale));
             }
-            let l = store.renew_lease(&owner, g, ttl, now_ms).map_err(store_down)?;
+            let l = store.renew(&owner, g, ttl, now_ms).await.map_err(store_down)?;
             let l = l.ok_or_else(|| refuse(LeaseError::LeaseRequired))?;
             Ok(ok(lifecycle(gw, &l, now_ms, false)))
         }
         Some("release") => {
             let g = generation_of(&body).map_err(refuse)?;
-            let known = store.lease(&owner, g, now_ms).map_err(store_down)?.filter(|l| l.key_id == key.id);
+            let known = store.lease(&owner, g, now_ms).await.map_err(store_down)?.filter(|l| l.key_id == key.id);
             if known.is_none() {
                 return Err(refuse(LeaseError::LeaseRequired));
             }
-            let l = store.release_lease(&owner, g, now_ms).map_err(store_down)?;
+            let l = store.release(&owner, g, now_ms).await.map_err(store_down)?;
             let l = l.ok_or_else(|| refuse(LeaseError::LeaseRequired))?;
             tracing::info!(key = %key.id, generation = l.generation, "lease released");
             Ok(ok(lifecycle(gw, &l, now_ms, false)))
@@ -240,7 +360,7 @@ fn eligible<C: Connect + Clone + Send + Sync + 'static>(
 
 /// The fence of an inference request: with lease headers, the connection the request must use
 /// (its owner's active lease of that generation, held by this key); without them, `None`.
-pub fn fence_of<C: Connect + Clone + Send + Sync + 'static>(
+pub async fn fence_of<C: Connect + Clone + Send + Sync + 'static>(
     gw: &Gateway<C>,
     headers: &HeaderMap,
     client: &Client,
@@ -253,9 +373,9 @@ pub fn fence_of<C: Connect + Clone + Send + Sync + 'static>(
     let owner = owner(headers).map_err(refuse)?;
     let g = g.ok_or_else(|| refuse(LeaseError::ContextRequired))?;
     let g = g.to_str().ok().and_then(parse_generation).ok_or_else(|| refuse(LeaseError::ContextInvalid))?;
-    let Some(store) = gw.store.as_ref() else { return Err(refuse(LeaseError::ServiceUnavailable)) };
+    let Some(store) = LeaseBackend::of(gw) else { return Err(refuse(LeaseError::ServiceUnavailable)) };
     let now_ms = gw.clock.wall_now_ms();
-    let lease = store.lease(&owner, g, now_ms).map_err(store_down)?;
+    let lease = store.lease(&owner, g, now_ms).await.map_err(store_down)?;
     let connection = fence(lease.as_ref(), &key.id, now_ms).map_err(refuse)?;
     Ok(Some(connection.to_owned()))
 }

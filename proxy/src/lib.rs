@@ -17,6 +17,7 @@ mod event_log;
 pub mod exchange;
 pub mod forward;
 pub mod gateway;
+pub mod lease_redis;
 pub mod lease_store;
 pub mod leases;
 pub mod metrics;

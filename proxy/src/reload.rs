@@ -169,7 +169,18 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
         if let Err(e) = gw.invalidate_stale_leases() {
             tracing::error!(error = %e, "could not check leases against the reloaded config");
         }
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(gw);
+        let gw = Arc::new(gw);
+        if gw.replicas().is_some()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let shared = Arc::clone(&gw);
+            rt.spawn(async move {
+                if let Err(e) = crate::leases::invalidate_stale_shared(&shared).await {
+                    tracing::error!(error = %e, "could not check the shared leases against the reloaded config");
+                }
+            });
+        }
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = gw;
         Ok(Report { status: "reloaded", providers, connections, combos, resilience_changed, warnings })
     }
 }

@@ -11,6 +11,7 @@
 //! served on local state; the log says so once, and `/health` and `/metrics` show it.
 
 use crate::config::StateConfig;
+use crate::lease_redis::RedisLeases;
 use crate::reload::Serving;
 use ferroute_core::engine::SharedChange;
 use futures_util::StreamExt;
@@ -86,6 +87,7 @@ pub struct Replicas {
     name: String,
     stats: Arc<ReplicaStats>,
     tx: mpsc::Sender<(u64, SharedChange)>,
+    leases: RedisLeases,
 }
 
 impl std::fmt::Debug for Replicas {
@@ -98,6 +100,11 @@ impl Replicas {
     /// This replica's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The leases, held in the same Redis (see [`crate::lease_redis`]).
+    pub fn leases(&self) -> &RedisLeases {
+        &self.leases
     }
 
     /// The counters.
@@ -133,12 +140,18 @@ where
     let keys = Arc::new(Keys { state: format!("{}:state", cfg.prefix), channel: format!("{}:changes", cfg.prefix) });
     let stats = Arc::new(ReplicaStats::default());
     let (tx, rx) = mpsc::channel(QUEUE);
-    let replicas = Arc::new(Replicas { name: name.clone(), stats: Arc::clone(&stats), tx });
+    let leases = RedisLeases::new(client.clone(), &cfg.prefix);
+    let replicas = Arc::new(Replicas { name: name.clone(), stats: Arc::clone(&stats), tx, leases });
     let gw = serving.current();
     gw.with_engine(|e| e.set_sharing(true));
     gw.share_with(Arc::clone(&replicas));
     tokio::spawn(publisher(client.clone(), Arc::clone(&keys), name.clone(), Arc::clone(&stats), rx));
     tokio::spawn(subscriber(client, keys, serving, Arc::clone(&replicas)));
+    tokio::spawn(async move {
+        if let Err(e) = crate::leases::invalidate_stale_shared(&gw).await {
+            tracing::error!(error = %e, "could not check the shared leases against the config");
+        }
+    });
     tracing::info!(replica = %name, prefix = %cfg.prefix, "sharing resilience state through redis");
     Ok(replicas)
 }

@@ -6,92 +6,14 @@
 
 mod common;
 
-use chaos::client::{breaker, connection_status, health, health_field};
-use common::{Proc, chat_at, spawn, upstream};
+use chaos::client::{Reply, breaker, connection_status, health, health_field, send};
+use common::redis::Redis;
+use common::{Proc, chat_at, json, spawn, upstream};
 use scenarios::{Behaviour, Script, ScriptedUpstream};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// A private `redis-server`, killed when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Redis {
-    /// A running server, or `None` (outside CI only) when none can be installed.
-    async fn start() -> Option<Redis> {
-        if !installed() {
-            let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
-            assert!(!in_ci, "redis-server is missing: .ci/run installs it with tests/redis/setup.sh");
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/redis/setup.sh");
-            let ran = Command::new("bash").arg(script).status().is_ok_and(|s| s.success());
-            if !ran || !installed() {
-                eprintln!("skipped: no redis-server and tests/redis/setup.sh could not install one");
-                return None;
-            }
-        }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
-        let child = Redis::spawn(port, dir.path());
-        let r = Redis { child, port, dir };
-        r.wait_ready().await;
-        Some(r)
-    }
-
-    fn spawn(port: u16, dir: &Path) -> Child {
-        Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server")
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen on {}", self.port);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    async fn restart(&mut self) {
-        self.kill();
-        self.child = Redis::spawn(self.port, self.dir.path());
-        self.wait_ready().await;
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn installed() -> bool {
-    Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success())
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
 
 /// One replica's config: provider `up` with `connections`, its breaker opening at `threshold`
 /// failures, sharing through `redis` under `prefix` as `name`.
@@ -228,4 +150,90 @@ async fn with_redis_gone_requests_are_served_and_the_replicas_resync_when_it_ret
     redis.restart().await;
     wait_for(&a.base, "A reconnects", |h| h["state"]["reachable"] == true).await;
     wait_for(&b.base, "B learns A's cooldown after the resync", |h| connection_status(h, "k1") == "unavailable").await;
+}
+
+/// Two replicas whose key `team` may lease the provider's five connections `c0`…`c4`.
+fn lease_config(dir: &Path, up: SocketAddr, redis: &str, name: &str) -> String {
+    let mut cfg = config(dir, up, &["c0", "c1", "c2", "c3", "c4"], 5, redis, "leases", name);
+    cfg.push_str(
+        "[[keys]]\nid = \"team\"\nkey = \"team-key-0001\"\npermissions = [\"lease:exclusive\"]\n\
+         allowed_connections = [\"c0\", \"c1\", \"c2\", \"c3\", \"c4\"]\n",
+    );
+    cfg
+}
+
+fn owner(n: usize) -> String {
+    format!("vlo_{:0>43}", n)
+}
+
+async fn lease(base: &str, owner: &str, body: &str) -> Reply {
+    let headers = [
+        ("content-type", "application/json"),
+        ("authorization", "Bearer team-key-0001"),
+        ("x-ferroute-lease-owner", owner),
+    ];
+    send("POST", &format!("{base}/api/v1/session-leases"), &headers, body, Duration::from_secs(10))
+        .await
+        .expect("lease")
+}
+
+async fn fenced_chat(base: &str, owner: &str, generation: u64) -> Reply {
+    let g = generation.to_string();
+    let headers = [
+        ("authorization", "Bearer team-key-0001"),
+        ("x-ferroute-lease-owner", owner),
+        ("x-ferroute-lease-generation", g.as_str()),
+    ];
+    let body = serde_json::json!({"model": "up/fine", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    send("POST", &format!("{base}/v1/chat/completions"), &headers, &body, Duration::from_secs(10)).await.expect("chat")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_lease_acquires_through_both_replicas_grant_exactly_five() {
+    let Some(mut redis) = Redis::start().await else { return };
+    let (up, _script) = upstream(script()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = replica(dir.path(), lease_config(dir.path(), up, &redis.url(), "a"), "a").await;
+    let b = replica(dir.path(), lease_config(dir.path(), up, &redis.url(), "b"), "b").await;
+
+    let acquire = r#"{"action":"acquire","model":"up/fine"}"#;
+    let replies = futures_util::future::join_all((0..50).map(|i| {
+        let base = if i % 2 == 0 { a.base.clone() } else { b.base.clone() };
+        async move { (i, lease(&base, &owner(i), acquire).await) }
+    }))
+    .await;
+    let mut granted = Vec::new();
+    for (i, r) in &replies {
+        match r.status {
+            200 => granted.push((*i, json(r)["connection"]["id"].as_str().expect("connection").to_owned())),
+            429 => assert_eq!(json(r)["error"]["code"], "LEASE_CAPACITY_UNAVAILABLE", "{}", r.body),
+            s => panic!("acquire {i}: {s} {}", r.body),
+        }
+    }
+    let connections: std::collections::BTreeSet<&String> = granted.iter().map(|(_, c)| c).collect();
+    assert_eq!((granted.len(), connections.len()), (5, 5), "exactly five, one per connection: {granted:?}");
+    for p in [&a, &b] {
+        assert_eq!(health(&p.base).await.expect("health")["leases"]["active"], 5);
+    }
+
+    // A lease granted through one replica fences requests through the other.
+    let (i, c) = &granted[0];
+    let other = if i % 2 == 0 { &b.base } else { &a.base };
+    let r = fenced_chat(other, &owner(*i), 1).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.headers.get("x-ferroute-selected-connection-id").and_then(|v| v.to_str().ok()), Some(c.as_str()));
+    assert_eq!(fenced_chat(other, &owner(*i), 2).await.status, 409, "a generation never granted is refused");
+
+    // Without the store, leases are refused rather than risk a double grant; other requests
+    // are still served.
+    redis.kill();
+    let r = lease(&a.base, &owner(99), acquire).await;
+    assert_eq!((r.status, json(&r)["error"]["code"].as_str()), (503, Some("LEASE_SERVICE_UNAVAILABLE")), "{}", r.body);
+    let r = fenced_chat(&b.base, &owner(*i), 1).await;
+    assert_eq!((r.status, json(&r)["error"]["code"].as_str()), (503, Some("LEASE_SERVICE_UNAVAILABLE")), "{}", r.body);
+    let body = serde_json::json!({"model": "up/fine", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let headers = [("authorization", "Bearer team-key-0001")];
+    let r = send("POST", &format!("{}/v1/chat/completions", a.base), &headers, &body, Duration::from_secs(10)).await;
+    assert_eq!(r.expect("chat").status, 200, "a request without a lease is served");
+    assert_eq!(health(&a.base).await.expect("health")["leases"]["active"], serde_json::Value::Null);
 }

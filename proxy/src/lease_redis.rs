@@ -1,0 +1,235 @@
+//! Exclusive leases (M14) held in Redis, when replicas share state (`[state] backend =
+//! "redis"`). Unlike the rest of the shared state, which each replica keeps in its own core and
+//! passes on, Redis is the leases' source of truth: every acquire, renew, release and
+//! invalidation is one Lua script (`lease_redis.lua`) run atomically on the server, so one owner
+//! and one connection hold at most one active lease across all replicas. When Redis cannot be
+//! reached within [`TIMEOUT`] an operation fails, and the caller answers 503
+//! `LEASE_SERVICE_UNAVAILABLE` rather than risk a double grant.
+//!
+//! An ended lease stays readable (its state, for `status`) for [`RETAIN`]; SQLite keeps them.
+
+use crate::lease_store::{Acquired, NoCapacity};
+use ferroute_core::session::lease::{Lease, LeaseState};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::time::Duration;
+
+/// Longest wait for one lease operation, connecting included.
+pub const TIMEOUT: Duration = Duration::from_secs(2);
+/// How long an ended lease stays readable.
+pub const RETAIN: Duration = Duration::from_secs(24 * 3600);
+
+/// Why a lease operation did not complete.
+#[derive(Debug)]
+pub struct LeaseStoreError(pub String);
+
+impl std::fmt::Display for LeaseStoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<redis::RedisError> for LeaseStoreError {
+    fn from(e: redis::RedisError) -> Self {
+        LeaseStoreError(format!("redis: {e}"))
+    }
+}
+
+/// One active lease as the store lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveLease {
+    /// SHA-256 (hex) of the owner id.
+    pub owner_hash: String,
+    /// Its generation.
+    pub generation: u64,
+    /// The client key's id.
+    pub key_id: String,
+    /// The leased connection.
+    pub connection: String,
+}
+
+/// The leases of every replica sharing `prefix` on one Redis server.
+pub struct RedisLeases {
+    client: redis::Client,
+    prefix: String,
+    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
+    script: redis::Script,
+}
+
+impl std::fmt::Debug for RedisLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLeases").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+type Reply = Vec<Option<String>>;
+
+impl RedisLeases {
+    /// Leases under `prefix` on the server of `client` (nothing is connected until first use).
+    pub fn new(client: redis::Client, prefix: &str) -> Self {
+        RedisLeases {
+            client,
+            prefix: prefix.to_owned(),
+            conn: tokio::sync::Mutex::new(None),
+            script: redis::Script::new(include_str!("lease_redis.lua")),
+        }
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, LeaseStoreError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
+        let c = self.client.get_connection_manager_with_config(cfg).await?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn run(&self, op: &str, now_ms: u64, args: &[&str]) -> Result<Reply, LeaseStoreError> {
+        let call = async {
+            let mut conn = self.connection().await?;
+            let mut inv = self.script.prepare_invoke();
+            inv.arg(op).arg(&self.prefix).arg(now_ms).arg(RETAIN.as_millis() as u64);
+            for a in args {
+                inv.arg(*a);
+            }
+            Ok::<Reply, LeaseStoreError>(inv.invoke_async(&mut conn).await?)
+        };
+        match tokio::time::timeout(TIMEOUT, call).await {
+            Ok(r) => r,
+            Err(_) => Err(LeaseStoreError(format!("redis did not answer within {} ms", TIMEOUT.as_millis()))),
+        }
+    }
+
+    /// Acquires a lease for `owner_hash` on the first of `eligible` (in routing order) that no
+    /// other owner holds; the owner's active lease when it already holds one it may keep.
+    pub async fn acquire(
+        &self,
+        owner_hash: &str,
+        key_id: &str,
+        model: &str,
+        eligible: &[String],
+        ttl: Duration,
+        now_ms: u64,
+    ) -> Result<Acquired, LeaseStoreError> {
+        let ttl = (ttl.as_millis() as u64).to_string();
+        let mut args = vec![owner_hash, key_id, model, ttl.as_str()];
+        args.extend(eligible.iter().map(String::as_str));
+        let reply = self.run("acquire", now_ms, &args).await?;
+        match word(&reply, 0) {
+            "busy" => Ok(Acquired::OwnerBusy),
+            "full" => Ok(Acquired::Full(NoCapacity {
+                soonest_expiry_ms: word(&reply, 1).parse().ok(),
+                eligible: word(&reply, 2).parse().unwrap_or(eligible.len()),
+                free: 0,
+            })),
+            _ => lease(owner_hash, &reply)?.map(Acquired::Lease).ok_or_else(|| malformed(&reply)),
+        }
+    }
+
+    /// The owner's lease of that generation (a lapsed one reclaimed first).
+    pub async fn lease(
+        &self,
+        owner_hash: &str,
+        generation: u64,
+        now_ms: u64,
+    ) -> Result<Option<Lease>, LeaseStoreError> {
+        self.one("lease", owner_hash, generation, now_ms, None).await
+    }
+
+    /// Extends an active lease to `now + ttl`; an inactive one comes back unchanged.
+    pub async fn renew(
+        &self,
+        owner_hash: &str,
+        generation: u64,
+        ttl: Duration,
+        now_ms: u64,
+    ) -> Result<Option<Lease>, LeaseStoreError> {
+        self.one("renew", owner_hash, generation, now_ms, Some(ttl)).await
+    }
+
+    /// Releases an active lease.
+    pub async fn release(
+        &self,
+        owner_hash: &str,
+        generation: u64,
+        now_ms: u64,
+    ) -> Result<Option<Lease>, LeaseStoreError> {
+        self.one("release", owner_hash, generation, now_ms, None).await
+    }
+
+    /// Ends an active lease as INVALIDATED; whether it was active.
+    pub async fn invalidate(&self, owner_hash: &str, generation: u64, now_ms: u64) -> Result<bool, LeaseStoreError> {
+        let l = self.one("invalidate", owner_hash, generation, now_ms, None).await?;
+        Ok(l.is_some_and(|l| l.state == LeaseState::Invalidated && l.renewed_at_ms == now_ms))
+    }
+
+    /// Every active lease (lapsed ones reclaimed first).
+    pub async fn active(&self, now_ms: u64) -> Result<Vec<ActiveLease>, LeaseStoreError> {
+        let reply = self.run("active", now_ms, &[]).await?;
+        if word(&reply, 0) != "active" || reply.len() % 4 != 1 {
+            return Err(malformed(&reply));
+        }
+        Ok(reply[1..]
+            .chunks(4)
+            .filter_map(|c| {
+                Some(ActiveLease {
+                    owner_hash: c[0].clone()?,
+                    generation: c[1].as_deref()?.parse().ok()?,
+                    key_id: c[2].clone()?,
+                    connection: c[3].clone()?,
+                })
+            })
+            .collect())
+    }
+
+    async fn one(
+        &self,
+        op: &str,
+        owner_hash: &str,
+        generation: u64,
+        now_ms: u64,
+        ttl: Option<Duration>,
+    ) -> Result<Option<Lease>, LeaseStoreError> {
+        let generation = generation.to_string();
+        let ttl = ttl.map(|t| (t.as_millis() as u64).to_string());
+        let mut args = vec![owner_hash, generation.as_str()];
+        args.extend(ttl.as_deref());
+        let reply = self.run(op, now_ms, &args).await?;
+        if word(&reply, 0) == "none" {
+            return Ok(None);
+        }
+        lease(owner_hash, &reply)
+    }
+}
+
+fn word(reply: &Reply, i: usize) -> &str {
+    reply.get(i).and_then(|w| w.as_deref()).unwrap_or("")
+}
+
+fn malformed(reply: &Reply) -> LeaseStoreError {
+    LeaseStoreError(format!("unexpected reply from the lease script: {reply:?}"))
+}
+
+/// A `lease` reply: generation, key, connection, model, state, acquired, renewed, expires.
+fn lease(owner_hash: &str, reply: &Reply) -> Result<Option<Lease>, LeaseStoreError> {
+    if word(reply, 0) != "lease" {
+        return Err(malformed(reply));
+    }
+    let num = |i: usize| word(reply, i).parse::<u64>().map_err(|_| malformed(reply));
+    Ok(Some(Lease {
+        owner_hash: owner_hash.to_owned(),
+        generation: num(1)?,
+        key_id: word(reply, 2).to_owned(),
+        connection: word(reply, 3).to_owned(),
+        model: word(reply, 4).to_owned(),
+        state: LeaseState::parse(word(reply, 5)).unwrap_or(LeaseState::Invalidated),
+        acquired_at_ms: num(6)?,
+        renewed_at_ms: num(7)?,
+        expires_at_ms: num(8)?,
+    }))
+}

@@ -1,0 +1,87 @@
+//! A private `redis-server` per test: started on a free loopback port in a temporary
+//! directory. `.ci/run` installs `redis-server` with `tests/redis/setup.sh`, and in CI a missing
+//! server fails the test; outside CI the test runs that script itself, and says it was skipped
+//! when it cannot install one (it needs apt-get and root).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A private `redis-server`, killed when dropped.
+pub struct Redis {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// A running server, or `None` (outside CI only) when none can be installed.
+    pub async fn start() -> Option<Redis> {
+        if !installed() {
+            let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+            assert!(!in_ci, "redis-server is missing: .ci/run installs it with tests/redis/setup.sh");
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/redis/setup.sh");
+            let ran = Command::new("bash").arg(script).status().is_ok_and(|s| s.success());
+            if !ran || !installed() {
+                eprintln!("skipped: no redis-server and tests/redis/setup.sh could not install one");
+                return None;
+            }
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let child = Redis::spawn(port, dir.path());
+        let r = Redis { child, port, dir };
+        r.wait_ready().await;
+        Some(r)
+    }
+
+    fn spawn(port: u16, dir: &Path) -> Child {
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server")
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not listen on {}", self.port);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.child = Redis::spawn(self.port, self.dir.path());
+        self.wait_ready().await;
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn installed() -> bool {
+    Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}

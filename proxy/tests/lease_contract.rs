@@ -1,0 +1,233 @@
+//! One contract, two lease stores: the same calls at the same instants get the same answers
+//! from the gateway's SQLite store and from Redis (the store replicas share), so the two cannot
+//! drift. Redis is a real `redis-server` (see `common::redis`); every case uses its own key
+//! prefix, so cases never see each other's leases.
+
+mod common;
+
+use common::redis::Redis;
+use ferroute_core::session::lease::{Lease, LeaseState};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proxy::lease_redis::RedisLeases;
+use proxy::lease_store::{Acquired, NoCapacity};
+use proxy::leases::LeaseBackend;
+use proxy::store::Store;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+const TTL: Duration = Duration::from_secs(120);
+
+fn conns(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("c{i}")).collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+}
+
+fn granted(a: Acquired) -> Lease {
+    match a {
+        Acquired::Lease(l) => l,
+        other => panic!("expected a lease, got {other:?}"),
+    }
+}
+
+/// The walk-through every lease store must give exactly: acquire, idempotent re-acquire,
+/// capacity, renew, release, the next generation, lazy expiry, invalidation.
+async fn walk_through(b: LeaseBackend<'_>) {
+    let a = granted(b.acquire("o1", "team", "m", &conns(2), TTL, 1_000).await.expect("acquire"));
+    assert_eq!((a.connection.as_str(), a.generation, a.expires_at_ms, a.state), ("c0", 1, 121_000, LeaseState::Active));
+    assert_eq!(b.acquire("o1", "team", "m", &conns(2), TTL, 2_000).await.expect("again"), Acquired::Lease(a.clone()));
+    assert_eq!(b.acquire("o1", "team", "m", &conns(2)[1..], TTL, 2_000).await.expect("busy"), Acquired::OwnerBusy);
+    assert_eq!(b.acquire("o1", "other", "m", &conns(2), TTL, 2_000).await.expect("busy"), Acquired::OwnerBusy);
+    let o2 = granted(b.acquire("o2", "team", "m", &conns(2), TTL, 3_000).await.expect("o2"));
+    assert_eq!(o2.connection, "c1");
+    assert_eq!(
+        b.acquire("o3", "team", "m", &conns(2), TTL, 4_000).await.expect("o3"),
+        Acquired::Full(NoCapacity { soonest_expiry_ms: Some(121_000), eligible: 2, free: 0 })
+    );
+    let renewed = b.renew("o1", 1, TTL, 100_000).await.expect("renew").expect("exists");
+    assert_eq!((renewed.renewed_at_ms, renewed.expires_at_ms), (100_000, 220_000));
+    let released = b.release("o1", 1, 101_000).await.expect("release").expect("exists");
+    assert_eq!((released.state, released.renewed_at_ms), (LeaseState::Released, 101_000));
+    assert_eq!(
+        b.release("o1", 1, 101_500).await.expect("again"),
+        Some(released.clone()),
+        "a second release changes nothing"
+    );
+    assert_eq!(b.renew("o1", 1, TTL, 101_500).await.expect("renew"), Some(released), "nor does a renew");
+    assert_eq!(b.lease("o1", 9, 101_500).await.expect("read"), None);
+    let c = granted(b.acquire("o1", "team", "m", &conns(2), TTL, 102_000).await.expect("re"));
+    assert_eq!((c.generation, c.connection.as_str()), (2, "c0"));
+    // o2's lease lapses at 123 000 and is reclaimed by the next call that meets it.
+    let d = granted(b.acquire("o3", "team", "m", &conns(2), TTL, 123_000).await.expect("d"));
+    assert_eq!(d.connection, "c1");
+    assert_eq!(b.lease("o2", 1, 123_000).await.expect("read").map(|l| l.state), Some(LeaseState::Expired));
+    assert_eq!(b.active(123_000).await.expect("count"), 2);
+    let n = b.invalidate(&|_: &str, c: &str| c != "c1", 124_000).await.expect("invalidate");
+    assert_eq!(n, 1);
+    let gone = b.lease("o3", 1, 124_000).await.expect("read").expect("kept");
+    assert_eq!((gone.state, gone.renewed_at_ms), (LeaseState::Invalidated, 124_000));
+    assert_eq!(b.active(124_000).await.expect("count"), 1);
+    assert_eq!(b.invalidate(&|_: &str, _: &str| true, 124_000).await.expect("none"), 0);
+}
+
+#[test]
+fn sqlite_and_redis_walk_through_the_same_answers() {
+    let rt = runtime();
+    let Some(redis) = rt.block_on(Redis::start()) else { return };
+    let store = Store::in_memory().expect("store");
+    rt.block_on(walk_through(LeaseBackend::Sqlite(&store)));
+    let client = redis::Client::open(redis.url()).expect("url");
+    let leases = RedisLeases::new(client, "walk");
+    rt.block_on(walk_through(LeaseBackend::Redis(&leases)));
+}
+
+/// One step of a random sequence.
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire { owner: usize, key: usize, eligible: usize, ttl_ms: u64 },
+    Status { owner: usize, generation: u64 },
+    Renew { owner: usize, generation: u64, ttl_ms: u64 },
+    Release { owner: usize, generation: u64 },
+    Invalidate { banned: usize },
+    Count,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let owner = 0usize..5;
+    let generation = 1u64..4;
+    let ttl = prop_oneof![Just(1_000u64), Just(30_000), Just(120_000)];
+    prop_oneof![
+        4 => (owner.clone(), 0usize..2, 1usize..4, ttl.clone())
+            .prop_map(|(owner, key, eligible, ttl_ms)| Op::Acquire { owner, key, eligible, ttl_ms }),
+        2 => (owner.clone(), generation.clone()).prop_map(|(owner, generation)| Op::Status { owner, generation }),
+        2 => (owner.clone(), generation.clone(), ttl)
+            .prop_map(|(owner, generation, ttl_ms)| Op::Renew { owner, generation, ttl_ms }),
+        2 => (owner, generation).prop_map(|(owner, generation)| Op::Release { owner, generation }),
+        1 => (0usize..3).prop_map(|banned| Op::Invalidate { banned }),
+        1 => Just(Op::Count),
+    ]
+}
+
+/// What a step answered, in a form both stores can be compared on.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    Acquired(Acquired),
+    Lease(Option<Lease>),
+    Count(u64),
+}
+
+async fn step(b: LeaseBackend<'_>, op: &Op, now: u64) -> Result<Answer, String> {
+    let owner = |o: usize| format!("o{o}");
+    Ok(match op {
+        Op::Acquire { owner: o, key, eligible, ttl_ms } => {
+            let pool: Vec<String> = conns(3).into_iter().skip(3 - eligible).collect();
+            let key = ["team", "other"][*key];
+            Answer::Acquired(b.acquire(&owner(*o), key, "m", &pool, Duration::from_millis(*ttl_ms), now).await?)
+        }
+        Op::Status { owner: o, generation } => Answer::Lease(b.lease(&owner(*o), *generation, now).await?),
+        Op::Renew { owner: o, generation, ttl_ms } => {
+            Answer::Lease(b.renew(&owner(*o), *generation, Duration::from_millis(*ttl_ms), now).await?)
+        }
+        Op::Release { owner: o, generation } => Answer::Lease(b.release(&owner(*o), *generation, now).await?),
+        Op::Invalidate { banned } => {
+            let banned = format!("c{banned}");
+            Answer::Count(b.invalidate(&|_: &str, c: &str| c != banned, now).await? as u64)
+        }
+        Op::Count => Answer::Count(b.active(now).await?),
+    })
+}
+
+/// Every random sequence of acquires, reads, renewals, releases and invalidations gets the
+/// same answers from both stores, step by step, and neither ever holds two active leases for
+/// one owner or one connection.
+#[test]
+fn sqlite_and_redis_answer_every_sequence_alike() {
+    let rt = runtime();
+    let Some(redis) = rt.block_on(Redis::start()) else { return };
+    let client = redis::Client::open(redis.url()).expect("url");
+    let case = AtomicU64::new(0);
+    let mut runner = TestRunner::new(Config { cases: 64, failure_persistence: None, ..Config::default() });
+    // Steps on a coarse grid, so that calls land exactly on expiry instants too.
+    let dt = prop_oneof![Just(0u64), Just(500), Just(1_000), Just(29_000), Just(30_000), Just(90_000)];
+    let ops = proptest::collection::vec((op(), dt), 1..50);
+    runner
+        .run(&ops, |ops| {
+            let store = Store::in_memory().expect("store");
+            let leases = RedisLeases::new(client.clone(), &format!("seq{}", case.fetch_add(1, Ordering::Relaxed)));
+            let (s, r) = (LeaseBackend::Sqlite(&store), LeaseBackend::Redis(&leases));
+            rt.block_on(async {
+                let mut now = 1_000u64;
+                for (i, (op, dt)) in ops.iter().enumerate() {
+                    now += dt;
+                    let a = step(s, op, now).await.map_err(TestCaseError::fail)?;
+                    let b = step(r, op, now).await.map_err(TestCaseError::fail)?;
+                    prop_assert_eq!(&a, &b, "step {} ({:?}) at {}", i, op, now);
+                    let mut owners = BTreeSet::new();
+                    let mut held = BTreeSet::new();
+                    for o in 0..5 {
+                        for g in 1..8 {
+                            if let Some(l) = s.lease(&format!("o{o}"), g, now).await.map_err(TestCaseError::fail)?
+                                && l.state_at(now) == LeaseState::Active
+                            {
+                                prop_assert!(owners.insert(o), "owner o{} holds two leases", o);
+                                prop_assert!(held.insert(l.connection.clone()), "{} leased twice", l.connection);
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })
+        })
+        .expect("the stores agree");
+}
+
+/// Two replicas' worth of connections to one Redis, 50 acquires at once for 5 connections:
+/// exactly 5 granted, each connection once.
+#[test]
+fn fifty_concurrent_acquires_through_two_clients_grant_exactly_five() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let Some(redis) = rt.block_on(Redis::start()) else { return };
+    let replicas: Vec<Arc<RedisLeases>> =
+        (0..2).map(|_| Arc::new(RedisLeases::new(redis::Client::open(redis.url()).expect("url"), "fifty"))).collect();
+    let grants = rt.block_on(async {
+        let tasks: Vec<_> = (0..50)
+            .map(|i| {
+                let r = Arc::clone(&replicas[i % 2]);
+                tokio::spawn(async move { r.acquire(&format!("owner{i}"), "team", "m", &conns(5), TTL, 1_000).await })
+            })
+            .collect();
+        let mut grants = Vec::new();
+        for t in tasks {
+            match t.await.expect("task").expect("acquire") {
+                Acquired::Lease(l) => grants.push(l.connection),
+                Acquired::Full(n) => assert_eq!((n.eligible, n.free), (5, 0)),
+                Acquired::OwnerBusy => panic!("every owner is new"),
+            }
+        }
+        grants
+    });
+    let distinct: BTreeSet<&String> = grants.iter().collect();
+    assert_eq!((grants.len(), distinct.len()), (5, 5), "{grants:?}");
+    assert_eq!(rt.block_on(replicas[0].active(2_000)).expect("count").len(), 5);
+}
+
+/// A store that cannot be reached fails the operation within the timeout (the gateway answers
+/// 503 LEASE_SERVICE_UNAVAILABLE), and never grants.
+#[test]
+fn an_unreachable_redis_fails_lease_operations_within_the_timeout() {
+    let rt = runtime();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let leases = RedisLeases::new(redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url"), "down");
+    let started = tokio::time::Instant::now();
+    let r = rt.block_on(leases.acquire("o1", "team", "m", &conns(1), TTL, 1_000));
+    assert!(r.is_err(), "{r:?}");
+    assert!(started.elapsed() <= proxy::lease_redis::TIMEOUT + Duration::from_millis(500), "{:?}", started.elapsed());
+}
