@@ -10,6 +10,12 @@
 //! from sending that request to A until B's `/metrics` counts one more applied change. It
 //! includes A's own request and B's polling interval (one `/metrics` call): an upper bound.
 //!
+//! Last, an outage: clients keep sending to both replicas while `redis-server` is killed for
+//! `--outage-s` seconds and started again. Every answer is checked (200 for most requests, the
+//! upstream's 429 for every tenth, which locks a new model: a change to share); a request lost
+//! is one that fails, times out or gets any other status. After Redis is back, B must hold the
+//! locks A took during the outage (A's resync).
+//!
 //! `cargo build --release -p proxy && cargo run --release -p load --bin replicas`
 
 use chaos::binary::Gateway;
@@ -19,6 +25,7 @@ use scenarios::{Behaviour, Script, ScriptedUpstream, serve_upstream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -32,6 +39,12 @@ struct Cli {
     /// Requests of each kind to each backend for the overhead comparison (0: none).
     #[arg(long, default_value_t = 2000)]
     requests: usize,
+    /// Seconds Redis is down while both replicas are under load (0: no outage phase).
+    #[arg(long, default_value_t = 10)]
+    outage_s: u64,
+    /// Clients sending at once during the outage phase.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
     /// The ferroute binary (default: the one beside this tool).
     #[arg(long)]
     ferroute: Option<PathBuf>,
@@ -67,20 +80,7 @@ async fn main() -> anyhow::Result<()> {
         let l = std::net::TcpListener::bind("127.0.0.1:0")?;
         l.local_addr()?.port()
     };
-    let _redis = Kill(
-        Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .map_err(|e| anyhow::anyhow!("cannot start redis-server ({e}): install it with tests/redis/setup.sh"))?,
-    );
-    let listening = Instant::now() + Duration::from_secs(10);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        anyhow::ensure!(Instant::now() < listening, "redis-server did not listen on {port}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut redis = start_redis(port, &dir).await?;
     let limited = Script::always(Behaviour::status_with(
         429,
         &[("retry-after", "600")],
@@ -178,7 +178,109 @@ async fn main() -> anyhow::Result<()> {
         hb["state"]["dropped"],
         hb["state"]["errors"],
     );
+    if cli.outage_s > 0 {
+        outage(&a, &b, &mut redis, port, &dir, Duration::from_secs(cli.outage_s), cli.clients.max(1)).await?;
+    }
+    drop(redis);
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+async fn start_redis(port: u16, dir: &Path) -> anyhow::Result<Kill> {
+    let child = Kill(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot start redis-server ({e}): install it with tests/redis/setup.sh"))?,
+    );
+    let listening = Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        anyhow::ensure!(Instant::now() < listening, "redis-server did not listen on {port}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(child)
+}
+
+/// One answer of the outage phase: the phase it was sent in (0 before, 1 during, 2 after the
+/// outage), whether it was the expected one, and its time in ms.
+type Answer = (u8, bool, f64);
+
+/// `clients` clients send to A and B in turn while Redis is killed for `down` and restarted.
+async fn outage(a: &str, b: &str, redis: &mut Kill, port: u16, dir: &Path, down: Duration, clients: usize) -> anyhow::Result<()> {
+    let phase = Arc::new(AtomicU8::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let base = if c % 2 == 0 { a.to_owned() } else { b.to_owned() };
+            let (phase, stop) = (Arc::clone(&phase), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut out: Vec<Answer> = Vec::new();
+                let mut locked = Vec::new();
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let (model, want) = if i % 10 == 0 { (format!("c{c}-{i}"), 429) } else { ("echo".to_owned(), 200) };
+                    let body = format!(r#"{{"model":"up/{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
+                    let p = phase.load(Ordering::Relaxed);
+                    let t0 = Instant::now();
+                    let r = send("POST", &format!("{base}/v1/chat/completions"), &[], &body, Duration::from_secs(10)).await;
+                    let ok = r.as_ref().is_ok_and(|r| r.status == want);
+                    if !ok {
+                        eprintln!("lost: {model} via {base}: {:?}", r.map(|r| (r.status, r.body)));
+                    }
+                    if want == 429 && p == 1 && c % 2 == 0 {
+                        locked.push(model);
+                    }
+                    out.push((p, ok, t0.elapsed().as_secs_f64() * 1000.0));
+                }
+                (out, locked)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let _ = redis.0.kill();
+    let _ = redis.0.wait();
+    phase.store(1, Ordering::Relaxed);
+    tokio::time::sleep(down).await;
+    *redis = start_redis(port, dir).await?;
+    phase.store(2, Ordering::Relaxed);
+    let back = Instant::now();
+    for base in [a, b] {
+        wait(base, |h| h["state"]["reachable"] == true).await?;
+    }
+    let rejoined = back.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut answers = Vec::new();
+    let mut locked_by_a = Vec::new();
+    for t in tasks {
+        let (out, locked) = t.await?;
+        answers.extend(out);
+        locked_by_a.extend(locked);
+    }
+    println!("\n{clients} clients on A and B, redis killed for {} s after 5 s, then started again:", down.as_secs());
+    let mut lost_total = 0;
+    for (p, name) in [(0u8, "before"), (1, "redis down"), (2, "after")] {
+        let mut times: Vec<f64> = answers.iter().filter(|x| x.0 == p).map(|x| x.2).collect();
+        let lost = answers.iter().filter(|x| x.0 == p && !x.1).count();
+        lost_total += lost;
+        let (p50, p99) = if times.is_empty() { (0.0, 0.0) } else { quantiles(&mut times) };
+        println!("{name:<11} | {:>6} requests | {lost} lost | p50 {p50:.3} ms / p99 {p99:.3} ms", times.len());
+    }
+    let hb = health(b).await.map_err(anyhow::Error::msg)?;
+    let known = hb["model_lockouts"].as_array().map_or(0, |l| {
+        locked_by_a.iter().filter(|m| l.iter().any(|x| x["model"].as_str() == Some(m.as_str()))).count()
+    });
+    println!(
+        "both replicas reachable again {:.0} ms after redis restarted; B holds {known} of the {} locks A took while redis was down",
+        rejoined.as_secs_f64() * 1000.0,
+        locked_by_a.len()
+    );
+    anyhow::ensure!(lost_total == 0, "{lost_total} requests lost");
+    anyhow::ensure!(known == locked_by_a.len(), "B misses locks A took during the outage");
     Ok(())
 }
 
