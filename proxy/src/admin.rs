@@ -204,16 +204,7 @@ pub async fn emergency<C: Connect + Clone + Send + Sync + 'static>(
             )
             .into_response();
         }
-        gw.emergency.store(enabled, ordering);
-        if let Some(store) = &gw.store
-            && let Err(e) = store.save_setting(
-                crate::gateway::EMERGENCY_SETTING,
-                if enabled { "true" } else { "false" },
-                gw.clock.wall_now_ms(),
-            )
-        {
-            tracing::error!(error = %e, "could not persist the emergency-fallback switch");
-        }
+        gw.switch_emergency(enabled, true);
         tracing::warn!(enabled, target = ?gw.config.emergency_fallback.target, "operator switched the emergency fallback");
     }
     json_response(

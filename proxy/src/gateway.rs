@@ -196,12 +196,41 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     pub fn apply_shared(&self, changes: impl IntoIterator<Item = SharedChange>) {
         let now = self.clock.now();
         let class_of = |p: &str| self.config.provider(p).map(|p| p.class);
+        let mut emergency = None;
         self.with_engine(|e| {
             for change in changes {
+                if let SharedChange::Emergency { enabled } = change {
+                    emergency = Some(enabled);
+                }
                 e.apply_shared(now, &change, &class_of);
             }
         });
+        if let Some(enabled) = emergency {
+            self.switch_emergency(enabled, false);
+        }
         self.settle();
+    }
+
+    /// M16: turns the emergency fallback on or off and stores the choice; `share` passes it to
+    /// the other replicas (an operator's switch), else it came from one of them. Turning it on
+    /// without a configured target does nothing.
+    pub fn switch_emergency(&self, enabled: bool, share: bool) {
+        if enabled && self.config.emergency_fallback.target.is_none() {
+            return;
+        }
+        let was = self.emergency.swap(enabled, std::sync::atomic::Ordering::Relaxed);
+        if let Some(store) = &self.store
+            && was != enabled
+            && let Err(e) =
+                store.save_setting(EMERGENCY_SETTING, if enabled { "true" } else { "false" }, self.clock.wall_now_ms())
+        {
+            tracing::error!(error = %e, "could not persist the emergency-fallback switch");
+        }
+        if share && let Some(r) = self.replicas.get() {
+            r.publish(vec![SharedChange::Emergency { enabled }], self.clock.wall_now_ms());
+        } else if !share && was != enabled {
+            tracing::warn!(enabled, "another replica switched the emergency fallback");
+        }
     }
 
     fn restore(&self) -> Result<(), StoreError> {

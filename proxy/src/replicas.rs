@@ -224,7 +224,11 @@ async fn write(
                 pipe.hdel(&keys.state, gone).ignore();
             }
         } else if let Some(field) = change.store_key() {
-            pipe.hset(&keys.state, field, &json).ignore();
+            if matches!(change, SharedChange::PinDropped { .. }) {
+                pipe.hdel(&keys.state, field).ignore();
+            } else {
+                pipe.hset(&keys.state, field, &json).ignore();
+            }
         }
         pipe.publish(&keys.channel, &json).ignore();
     }

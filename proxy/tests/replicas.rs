@@ -237,3 +237,47 @@ async fn fifty_lease_acquires_through_both_replicas_grant_exactly_five() {
     assert_eq!(r.expect("chat").status, 200, "a request without a lease is served");
     assert_eq!(health(&a.base).await.expect("health")["leases"]["active"], serde_json::Value::Null);
 }
+
+async fn chat_in_session(base: &str, session: &str) -> String {
+    let body = serde_json::json!({"model": "up/fine", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let headers = [("x-session-id", session)];
+    let r = send("POST", &format!("{base}/v1/chat/completions"), &headers, &body, Duration::from_secs(10))
+        .await
+        .expect("chat");
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.headers.get("x-ferroute-selected-connection-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_pins_and_the_emergency_switch_are_shared() {
+    let Some(redis) = Redis::start().await else { return };
+    let (up, _script) = upstream(script()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = |name: &str| {
+        config(dir.path(), up, &["k1", "k2", "k3"], 5, &redis.url(), "pins", name).replacen(
+            "[server]\n",
+            "[server]\nadmin_key = \"admin-secret-1\"\n",
+            1,
+        ) + "[resilience.session_affinity]\nttl_ms = 600000\n[emergency_fallback]\ntarget = \"up/fine\"\n"
+    };
+    let a = replica(dir.path(), cfg("a"), "a").await;
+    let b = replica(dir.path(), cfg("b"), "b").await;
+
+    // B pins session s2 to k1, so its own choice for a new session would be k2 (the least
+    // recently used key); A pins s1 to k1.
+    assert_eq!(chat_in_session(&b.base, "s2").await, "k1");
+    assert_eq!(chat_in_session(&a.base, "s1").await, "k1");
+    wait_for(&b.base, "B learns A's pin", |h| h["session_pins"] == 2).await;
+    assert_eq!(chat_in_session(&b.base, "s1").await, "k1", "s1 stays where A pinned it");
+    assert_eq!(chat_in_session(&b.base, "s3").await, "k2", "a new session on B goes to the key it used least");
+
+    // An operator's switch on A reaches B, and a replica that starts later.
+    let admin = [("authorization", "Bearer admin-secret-1"), ("content-type", "application/json")];
+    let url = format!("{}/api/resilience/emergency-fallback", a.base);
+    let on = send("POST", &url, &admin, r#"{"enabled":true}"#, Duration::from_secs(10)).await.expect("switch");
+    assert_eq!(on.status, 200, "{}", on.body);
+    wait_for(&b.base, "B follows A's switch", |h| h["emergency_fallback"]["enabled"] == true).await;
+    let c = replica(dir.path(), cfg("c"), "c").await;
+    let hc = wait_for(&c.base, "C loads the switch", |h| h["emergency_fallback"]["enabled"] == true).await;
+    assert_eq!(hc["session_pins"], 3, "and the pins: {hc}");
+}

@@ -188,6 +188,9 @@ impl Engine {
             return Some(e);
         }
         if let Some(p) = self.affinity.poll_event() {
+            if self.is_sharing() {
+                self.collect(shared::Pending::Pin(p.clone()));
+            }
             return Some(Event::Pin(p));
         }
         let (id, change) = self.lanes.poll_change()?;

@@ -89,12 +89,19 @@ impl Engine {
         }
         let target_order = if groups.len() == 1 { vec![0] } else { self.rank_targets(now, candidates, &groups, route) };
         let mut out = Vec::with_capacity(eligible.len());
+        // M5: a pin is per (session, provider); only the first target of a provider in this
+        // order moves it. Later targets of the same provider only read it, so that a combo with
+        // several targets on one provider does not re-pin the session once per target.
+        let mut decided: Vec<&str> = Vec::new();
         for g in target_order {
             let members = &groups[g].1;
             if members.len() == 1 {
-                if let Some(session) = route.session {
+                let c = &candidates[members[0]];
+                if let Some(session) = route.session
+                    && !decided.contains(&c.provider)
+                {
                     // Keeps (or moves) the session's pin to the one key that can serve.
-                    let c = &candidates[members[0]];
+                    decided.push(c.provider);
                     self.affinity.choose(now, session, c.provider, &[c.connection], route.session_ttl);
                 }
                 out.push(members[0]);
@@ -145,7 +152,14 @@ impl Engine {
             // M5: an eligible pin wins over the strategy and the gate.
             if let Some(session) = route.session {
                 let pool: Vec<&str> = within.iter().map(|&m| candidates[m].connection).collect();
-                if let Some(i) = self.affinity.choose(now, session, first.provider, &pool, route.session_ttl)
+                let i = if decided.contains(&first.provider) {
+                    let pinned = self.affinity.pinned(now, session, first.provider);
+                    pool.iter().position(|c| Some(*c) == pinned)
+                } else {
+                    decided.push(first.provider);
+                    self.affinity.choose(now, session, first.provider, &pool, route.session_ttl)
+                };
+                if let Some(i) = i
                     && i > 0
                 {
                     let pinned = within.remove(i);

@@ -371,3 +371,24 @@ fn an_ip_bucketed_429_cools_siblings_without_overwriting_terminal_or_longer_cool
         .expect("a decision");
     assert!(e.cool_siblings(now, "k6", &d, &[("k7", false)]).is_empty());
 }
+
+#[test]
+fn several_targets_on_one_provider_pin_a_session_once() {
+    // A combo whose three targets are three single-key targets of one provider: the pin is the
+    // provider's, so only the first target in the order may move it (it used to be set and
+    // dropped once per target, ending on the last target's key while the first one served).
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let c = crate::testutil::cands(&["k1", "k2", "k3"]);
+    let mut route = Route::new(Strategy::Priority, "combo");
+    route.session = Some("header:s1");
+    route.session_ttl = Duration::from_secs(600);
+    for _ in 0..3 {
+        let (i, t) = pick(&mut e, now, &c, &route, &Tried::new());
+        e.record(now, &c[i], "openai", t, AttemptOutcome::Success, false, false, None);
+        assert_eq!(c[i].connection, "k1");
+    }
+    assert_eq!(e.affinity().pinned(now, "header:s1", "openai"), Some("k1"));
+    let pins: Vec<Event> = std::iter::from_fn(|| e.poll_event()).filter(|x| matches!(x, Event::Pin(_))).collect();
+    assert_eq!(pins.len(), 1, "{pins:?}");
+}

@@ -6,12 +6,15 @@
 //! Merging: a provider-level failure counts towards the breaker's threshold on every replica,
 //! deduplicated per connection as a local one is; an open breaker's deadline, a connection's
 //! cooldown and a model lockout take the later deadline; a terminal state is never overwritten;
-//! a probe that succeeds (or an operator's reset) closes the breaker everywhere. A change this
-//! replica applies is never collected again, so changes do not echo between replicas.
+//! a probe that succeeds (or an operator's reset) closes the breaker everywhere; the latest
+//! session pin wins, and a dropped pin is dropped everywhere. A change this replica applies is
+//! never collected again, so changes do not echo between replicas. The emergency switch travels
+//! as a change too, but it is the shell's flag: the engine passes it by.
 
 use super::{Engine, Event};
 use crate::breaker::{BreakerState, BreakerTransition, TransitionReason};
 use crate::connection::{Applied, ConnectionSnapshot};
+use crate::session::PinEvent;
 use crate::types::{ProviderClass, Reason, after};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -73,6 +76,29 @@ pub enum SharedChange {
         /// Model, when one was named.
         model: Option<String>,
     },
+    /// A session was pinned (or its pin moved or was refreshed).
+    Pin {
+        /// Session key.
+        session: String,
+        /// Provider id.
+        provider: String,
+        /// The pinned connection.
+        connection: String,
+        /// Time left on it, in ms.
+        remaining_ms: u64,
+    },
+    /// A session's pin was dropped.
+    PinDropped {
+        /// Session key.
+        session: String,
+        /// Provider id.
+        provider: String,
+    },
+    /// An operator switched the emergency fallback (the shell's flag; the engine ignores it).
+    Emergency {
+        /// Whether it is on.
+        enabled: bool,
+    },
 }
 
 impl SharedChange {
@@ -84,17 +110,22 @@ impl SharedChange {
             SharedChange::BreakerOpened { open_remaining_ms, .. } => {
                 *open_remaining_ms = open_remaining_ms.saturating_sub(ms);
             }
-            SharedChange::Lockout { remaining_ms, .. } => *remaining_ms = remaining_ms.saturating_sub(ms),
+            SharedChange::Lockout { remaining_ms, .. } | SharedChange::Pin { remaining_ms, .. } => {
+                *remaining_ms = remaining_ms.saturating_sub(ms);
+            }
             SharedChange::Connection { snapshot, .. } => *snapshot = std::mem::take(snapshot).aged(ms),
             SharedChange::ProviderFailure { .. }
             | SharedChange::BreakerClosed { .. }
-            | SharedChange::LockoutsCleared { .. } => {}
+            | SharedChange::LockoutsCleared { .. }
+            | SharedChange::PinDropped { .. }
+            | SharedChange::Emergency { .. } => {}
         }
         self
     }
 
     /// The state this change replaces when stored as the latest of its kind (one per provider,
-    /// connection or lock); `None` for changes that are only passed on (failures, clears).
+    /// connection, lock or pin, and the emergency switch); `None` for changes that are only
+    /// passed on (failures, clears). A dropped pin removes its pin's entry.
     pub fn store_key(&self) -> Option<String> {
         match self {
             SharedChange::BreakerOpened { provider, .. } | SharedChange::BreakerClosed { provider } => {
@@ -104,6 +135,10 @@ impl SharedChange {
             SharedChange::Lockout { provider, connection, model, .. } => {
                 Some(format!("lockout:{provider}:{connection}:{}", model.trim().to_lowercase()))
             }
+            SharedChange::Pin { session, provider, .. } | SharedChange::PinDropped { session, provider } => {
+                Some(format!("pin:{provider}:{session}"))
+            }
+            SharedChange::Emergency { .. } => Some("emergency".to_owned()),
             SharedChange::ProviderFailure { .. } | SharedChange::LockoutsCleared { .. } => None,
         }
     }
@@ -118,6 +153,7 @@ pub(super) enum Pending {
     Connection { connection: Arc<str>, reason: Reason },
     Lockout { provider: Arc<str>, connection: Arc<str>, model: Arc<str>, reason: Reason, until: Instant },
     Cleared { provider: Option<Arc<str>>, connection: Option<Arc<str>>, model: Option<Arc<str>> },
+    Pin(PinEvent),
 }
 
 /// Cap on collected changes not yet taken; the oldest go first.
@@ -199,12 +235,19 @@ impl Engine {
                     connection: connection.map(|c| c.to_string()),
                     model: model.map(|m| m.to_string()),
                 },
+                Pending::Pin(PinEvent::Set { session, provider, connection, expires_at }) => SharedChange::Pin {
+                    session,
+                    provider,
+                    connection,
+                    remaining_ms: ms(expires_at.saturating_duration_since(now)),
+                },
+                Pending::Pin(PinEvent::Dropped { session, provider }) => SharedChange::PinDropped { session, provider },
             })
             .collect()
     }
 
     /// Everything this replica holds that another would take, as changes at `now`: open
-    /// breakers, connections cooling or terminal, active model lockouts. Sent in full when a
+    /// breakers, connections cooling or terminal, active model lockouts, fresh pins. Sent in full when a
     /// replica (re)joins the shared state, so that what it learned alone reaches the others.
     pub fn shared_state(&self, now: Instant) -> Vec<SharedChange> {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
@@ -234,6 +277,9 @@ impl Engine {
                 reason: l.reason,
             });
         }
+        for (session, provider, connection, left) in self.affinity.pins(now) {
+            out.push(SharedChange::Pin { session, provider, connection, remaining_ms: ms(left) });
+        }
         out
     }
 
@@ -242,6 +288,21 @@ impl Engine {
     /// this replica does not configure is ignored. What it changes leaves as the usual events
     /// (logged and persisted like local ones) but is not collected for sharing again.
     pub fn apply_shared(
+        &mut self,
+        now: Instant,
+        change: &SharedChange,
+        class_of: &dyn Fn(&str) -> Option<ProviderClass>,
+    ) {
+        // Pin changes this apply causes (a peer's cooldown evicts pins) are logged and
+        // persisted, but they are the peer's doing: they are not collected for sharing.
+        let mark = self.affinity.pending_events();
+        self.apply_shared_inner(now, change, class_of);
+        for p in self.affinity.take_events_after(mark) {
+            self.push(Event::Pin(p));
+        }
+    }
+
+    fn apply_shared_inner(
         &mut self,
         now: Instant,
         change: &SharedChange,
@@ -300,6 +361,27 @@ impl Engine {
                 // No clear names a provider without a model, or a model without a provider.
                 _ => {}
             },
+            SharedChange::Pin { session, provider, connection, remaining_ms } => {
+                if class_of(provider).is_none() || *remaining_ms == 0 {
+                    return;
+                }
+                let left = Duration::from_millis(*remaining_ms);
+                self.affinity.restore(now, session, provider, connection, left);
+                let (session, provider, connection) = (session.clone(), provider.clone(), connection.clone());
+                self.push(Event::Pin(PinEvent::Set {
+                    session,
+                    provider,
+                    connection,
+                    expires_at: after(now, *remaining_ms),
+                }));
+            }
+            SharedChange::PinDropped { session, provider } => {
+                if self.affinity.unpin(session, provider) {
+                    let (session, provider) = (session.clone(), provider.clone());
+                    self.push(Event::Pin(PinEvent::Dropped { session, provider }));
+                }
+            }
+            SharedChange::Emergency { .. } => {}
         }
     }
 }

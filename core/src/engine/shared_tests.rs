@@ -258,3 +258,114 @@ fn times_too_large_to_represent_are_held_at_a_year_not_a_panic() {
     b.apply_shared(now, &lock, &class_of);
     assert!(b.lockouts().remaining(now, "openai", "k1", "gpt-4o", None).is_some());
 }
+
+/// Routes one request of session `s1` among `c` (round robin, so only a pin keeps it on one
+/// key) and reports success; the connection it went to.
+fn route_session<'a>(e: &mut Engine, now: Instant, c: &[Candidate<'a>]) -> &'a str {
+    let mut route = Route::new(Strategy::Priority, "r");
+    route.session = Some("header:s1");
+    route.session_ttl = S(600);
+    let Selection::Pick { index, ticket, .. } = e.select(now, c, &route, &Tried::new()) else {
+        panic!("nothing available")
+    };
+    e.record(now, &c[index], "openai", ticket, AttemptOutcome::Success, false, false, None);
+    c[index].connection
+}
+
+fn round_robin<'a>(ids: &'a [&'a str]) -> Vec<Candidate<'a>> {
+    cands(ids)
+        .into_iter()
+        .map(|c| Candidate {
+            traits: crate::engine::Traits { connection_strategy: Strategy::RoundRobin, ..c.traits },
+            ..c
+        })
+        .collect()
+}
+
+#[test]
+fn a_session_pinned_on_one_replica_keeps_its_connection_on_the_other() {
+    let now = t0();
+    let (mut a, mut b) = (replica(), replica());
+    let c = round_robin(&["k1", "k2", "k3"]);
+    // B has used k1 already, so its own choice for a new session would be another key.
+    let plain = Route::new(Strategy::Priority, "r");
+    let Selection::Pick { index, ticket, .. } = b.select(now, &c, &plain, &Tried::new()) else { panic!() };
+    b.record(now, &c[index], "openai", ticket, AttemptOutcome::Success, false, false, None);
+    drain(&mut b);
+    b.take_shared(now);
+    let on_a = route_session(&mut a, now, &c);
+    let sent = pass(&mut a, &mut b, now);
+    assert!(
+        sent.iter()
+            .any(|ch| matches!(ch, SharedChange::Pin { connection, remaining_ms: 600_000, .. } if connection == on_a)),
+        "{sent:?}"
+    );
+    assert_eq!(b.affinity().pinned(now, "header:s1", "openai"), Some(on_a), "{sent:?} {:?}", a.affinity().pins(now));
+    let events = drain(&mut b);
+    assert!(events.iter().any(|e| matches!(e, Event::Pin(PinEvent::Set { .. }))), "persisted like a local pin");
+    assert!(b.take_shared(now).is_empty(), "a peer's pin is not shared back");
+    for _ in 0..3 {
+        assert_eq!(route_session(&mut b, now + S(1), &c), on_a, "B keeps the session where A pinned it");
+    }
+    // A late replica learns the pin from a full state.
+    let mut late = replica();
+    for ch in a.shared_state(now + S(100)) {
+        late.apply_shared(now + S(100), &ch, &class_of);
+    }
+    assert_eq!(late.affinity().pinned(now + S(100), "header:s1", "openai"), Some(on_a));
+    assert_eq!(late.affinity().pinned(now + S(600), "header:s1", "openai"), None, "with its remaining time only");
+}
+
+#[test]
+fn a_dropped_pin_is_dropped_everywhere_and_a_peers_cooldown_evicts_without_echo() {
+    let now = t0();
+    let (mut a, mut b) = (replica(), replica());
+    let c = round_robin(&["k1", "k2", "k3"]);
+    let pinned = route_session(&mut a, now, &c);
+    pass(&mut a, &mut b, now);
+    // A 429 on the pinned key on A: A evicts the pin and cools the key; B hears both.
+    let k = c.iter().find(|x| x.connection == pinned).expect("pinned candidate");
+    fail(&mut a, now, k, 429, &[("retry-after", "60")]);
+    let sent = pass(&mut a, &mut b, now);
+    assert!(sent.iter().any(|ch| matches!(ch, SharedChange::PinDropped { .. })), "{sent:?}");
+    assert_eq!(b.affinity().pinned(now, "header:s1", "openai"), None);
+    assert!(b.take_shared(now).is_empty(), "nothing B did");
+
+    // The same eviction caused on B by A's cooldown alone is not B's to share either.
+    let (mut a, mut b) = (replica(), replica());
+    let pinned = route_session(&mut b, now, &c);
+    drain(&mut b);
+    b.take_shared(now);
+    let k = c.iter().find(|x| x.connection == pinned).expect("pinned candidate");
+    fail(&mut a, now, k, 429, &[("retry-after", "60")]);
+    let sent = pass(&mut a, &mut b, now);
+    assert!(!sent.iter().any(|ch| matches!(ch, SharedChange::PinDropped { .. })), "A held no pin: {sent:?}");
+    assert_eq!(b.affinity().pinned(now, "header:s1", "openai"), None, "A's cooldown evicted B's pin");
+    let events = drain(&mut b);
+    assert!(events.iter().any(|e| matches!(e, Event::Pin(PinEvent::Dropped { .. }))), "persisted: {events:?}");
+    assert!(b.take_shared(now).is_empty(), "the eviction was A's doing: {:?}", b.take_shared(now));
+}
+
+#[test]
+fn pins_and_the_emergency_switch_name_the_state_they_replace() {
+    let pin =
+        SharedChange::Pin { session: "s".into(), provider: "p".into(), connection: "k".into(), remaining_ms: 5_000 };
+    let dropped = SharedChange::PinDropped { session: "s".into(), provider: "p".into() };
+    assert_eq!(pin.store_key(), dropped.store_key());
+    assert_eq!(pin.store_key().as_deref(), Some("pin:p:s"));
+    assert_eq!(SharedChange::Emergency { enabled: true }.store_key().as_deref(), Some("emergency"));
+    assert_eq!(
+        pin.clone().aged(S(2)),
+        SharedChange::Pin { session: "s".into(), provider: "p".into(), connection: "k".into(), remaining_ms: 3_000 }
+    );
+    let json = serde_json::to_string(&SharedChange::Emergency { enabled: true }).expect("json");
+    assert_eq!(json, r#"{"kind":"emergency","enabled":true}"#);
+    // The engine passes the switch by; a pin for a provider it does not configure is ignored.
+    let mut e = replica();
+    e.apply_shared(t0(), &SharedChange::Emergency { enabled: true }, &class_of);
+    let foreign =
+        SharedChange::Pin { session: "s".into(), provider: "p".into(), connection: "k".into(), remaining_ms: 5 };
+    e.apply_shared(t0(), &foreign, &class_of);
+    assert!(drain(&mut e).is_empty());
+    assert_eq!(e.affinity().pinned(t0(), "s", "p"), None);
+}

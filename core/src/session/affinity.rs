@@ -78,6 +78,31 @@ impl Affinity {
         self.events.pop_front()
     }
 
+    /// Changes not yet drained.
+    pub fn pending_events(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Takes the undrained changes after the first `n` (those made since
+    /// [`Affinity::pending_events`] said `n`).
+    pub fn take_events_after(&mut self, n: usize) -> Vec<PinEvent> {
+        if n >= self.events.len() { Vec::new() } else { self.events.split_off(n).into() }
+    }
+
+    /// Every fresh pin as (session, provider, connection, time left).
+    pub fn pins(&self, now: Instant) -> Vec<(String, String, String, Duration)> {
+        self.pins
+            .iter()
+            .filter(|(_, p)| now < p.expires_at)
+            .map(|((s, pr), p)| (s.clone(), pr.clone(), p.connection.clone(), p.expires_at - now))
+            .collect()
+    }
+
+    /// Removes a pin without an event (another replica dropped it); whether one was there.
+    pub fn unpin(&mut self, session: &str, provider: &str) -> bool {
+        self.pins.remove(&(session.to_owned(), provider.to_owned())).is_some()
+    }
+
     /// The position in `pool` (eligible connections, in routing order) that serves
     /// `session` on `provider`, pinning it for `ttl`; `None` with a zero TTL or an empty pool
     /// (routing then decides alone).
@@ -177,13 +202,16 @@ impl Affinity {
         gone.len()
     }
 
-    /// Restores a persisted pin with `remaining` of its TTL.
+    /// Restores a persisted pin (or another replica's) with `remaining` of its TTL, replacing
+    /// the session's pin on that provider.
     pub fn restore(&mut self, now: Instant, session: &str, provider: &str, connection: &str, remaining: Duration) {
-        if remaining.is_zero() || self.pins.len() >= MAX_PINS {
+        let key = (session.to_owned(), provider.to_owned());
+        if remaining.is_zero() || (self.pins.len() >= MAX_PINS && !self.pins.contains_key(&key)) {
             return;
         }
-        let pin = Pin { connection: connection.to_owned(), expires_at: now + remaining };
-        self.pins.insert((session.to_owned(), provider.to_owned()), pin);
+        let ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
+        let pin = Pin { connection: connection.to_owned(), expires_at: crate::types::after(now, ms) };
+        self.pins.insert(key, pin);
     }
 
     /// The connection `session` is pinned to on `provider`, if the pin is fresh.

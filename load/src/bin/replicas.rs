@@ -209,7 +209,15 @@ async fn start_redis(port: u16, dir: &Path) -> anyhow::Result<Kill> {
 type Answer = (u8, bool, f64);
 
 /// `clients` clients send to A and B in turn while Redis is killed for `down` and restarted.
-async fn outage(a: &str, b: &str, redis: &mut Kill, port: u16, dir: &Path, down: Duration, clients: usize) -> anyhow::Result<()> {
+async fn outage(
+    a: &str,
+    b: &str,
+    redis: &mut Kill,
+    port: u16,
+    dir: &Path,
+    down: Duration,
+    clients: usize,
+) -> anyhow::Result<()> {
     let phase = Arc::new(AtomicU8::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..clients)
@@ -222,11 +230,13 @@ async fn outage(a: &str, b: &str, redis: &mut Kill, port: u16, dir: &Path, down:
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
-                    let (model, want) = if i % 10 == 0 { (format!("c{c}-{i}"), 429) } else { ("echo".to_owned(), 200) };
+                    let (model, want) =
+                        if i.is_multiple_of(10) { (format!("c{c}-{i}"), 429) } else { ("echo".to_owned(), 200) };
                     let body = format!(r#"{{"model":"up/{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
                     let p = phase.load(Ordering::Relaxed);
                     let t0 = Instant::now();
-                    let r = send("POST", &format!("{base}/v1/chat/completions"), &[], &body, Duration::from_secs(10)).await;
+                    let r =
+                        send("POST", &format!("{base}/v1/chat/completions"), &[], &body, Duration::from_secs(10)).await;
                     let ok = r.as_ref().is_ok_and(|r| r.status == want);
                     if !ok {
                         eprintln!("lost: {model} via {base}: {:?}", r.map(|r| (r.status, r.body)));
