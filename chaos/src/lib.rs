@@ -5,6 +5,7 @@
 
 pub mod binary;
 pub mod client;
+pub mod redis;
 
 use scenarios::Toxic;
 use std::io;

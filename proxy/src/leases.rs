@@ -10,7 +10,7 @@ use crate::body::read_json;
 use crate::config::KeyConfig;
 use crate::errors::{Body, ProxyError, Source, json_response};
 use crate::gateway::Gateway;
-use crate::lease_redis::RedisLeases;
+use crate::lease_shared::SharedLeases;
 use crate::lease_store::Acquired;
 use crate::store::Store;
 use ferroute_core::session::lease::{
@@ -39,21 +39,21 @@ fn store_down(e: impl std::fmt::Display) -> ProxyError {
 }
 
 /// Where leases live: the gateway's SQLite store, or Redis when replicas share state. Both
-/// give the same answers to the same calls at the same instants (`proxy/tests/lease_contract.rs`
+/// give the same answers to the same calls at the same instants (`sim/tests/store_contract.rs`
 /// runs one suite against both).
 #[derive(Clone, Copy)]
 pub enum LeaseBackend<'a> {
     /// This gateway's own store.
     Sqlite(&'a Store),
-    /// The store every replica shares.
-    Redis(&'a RedisLeases),
+    /// The store every replica shares (Redis).
+    Shared(&'a SharedLeases),
 }
 
 impl LeaseBackend<'_> {
     /// The leases of `gw`: in Redis when it shares state, else in its store.
     pub fn of<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Option<LeaseBackend<'_>> {
         match gw.replicas() {
-            Some(r) => Some(LeaseBackend::Redis(r.leases())),
+            Some(r) => Some(LeaseBackend::Shared(r.leases())),
             None => gw.store.as_deref().map(LeaseBackend::Sqlite),
         }
     }
@@ -73,7 +73,7 @@ impl LeaseBackend<'_> {
             LeaseBackend::Sqlite(s) => {
                 s.acquire_lease(owner, key, model, eligible, ttl, now_ms).map_err(|e| e.to_string())
             }
-            LeaseBackend::Redis(r) => {
+            LeaseBackend::Shared(r) => {
                 r.acquire(owner, key, model, eligible, ttl, now_ms).await.map_err(|e| e.to_string())
             }
         }
@@ -83,7 +83,7 @@ impl LeaseBackend<'_> {
     pub async fn lease(&self, owner: &str, g: u64, now_ms: u64) -> Result<Option<Lease>, String> {
         match self {
             LeaseBackend::Sqlite(s) => s.lease(owner, g, now_ms).map_err(|e| e.to_string()),
-            LeaseBackend::Redis(r) => r.lease(owner, g, now_ms).await.map_err(|e| e.to_string()),
+            LeaseBackend::Shared(r) => r.lease(owner, g, now_ms).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -97,7 +97,7 @@ impl LeaseBackend<'_> {
     ) -> Result<Option<Lease>, String> {
         match self {
             LeaseBackend::Sqlite(s) => s.renew_lease(owner, g, ttl, now_ms).map_err(|e| e.to_string()),
-            LeaseBackend::Redis(r) => r.renew(owner, g, ttl, now_ms).await.map_err(|e| e.to_string()),
+            LeaseBackend::Shared(r) => r.renew(owner, g, ttl, now_ms).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -105,7 +105,7 @@ impl LeaseBackend<'_> {
     pub async fn release(&self, owner: &str, g: u64, now_ms: u64) -> Result<Option<Lease>, String> {
         match self {
             LeaseBackend::Sqlite(s) => s.release_lease(owner, g, now_ms).map_err(|e| e.to_string()),
-            LeaseBackend::Redis(r) => r.release(owner, g, now_ms).await.map_err(|e| e.to_string()),
+            LeaseBackend::Shared(r) => r.release(owner, g, now_ms).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -118,7 +118,7 @@ impl LeaseBackend<'_> {
     ) -> Result<usize, String> {
         match self {
             LeaseBackend::Sqlite(s) => s.invalidate_leases(&allowed, now_ms).map_err(|e| e.to_string()),
-            LeaseBackend::Redis(r) => {
+            LeaseBackend::Shared(r) => {
                 let mut n = 0;
                 for l in r.active(now_ms).await.map_err(|e| e.to_string())? {
                     if !allowed(&l.key_id, &l.connection)
@@ -136,7 +136,7 @@ impl LeaseBackend<'_> {
     pub async fn active(&self, now_ms: u64) -> Result<u64, String> {
         match self {
             LeaseBackend::Sqlite(s) => s.active_leases(now_ms).map_err(|e| e.to_string()),
-            LeaseBackend::Redis(r) => r.active(now_ms).await.map(|v| v.len() as u64).map_err(|e| e.to_string()),
+            LeaseBackend::Shared(r) => r.active(now_ms).await.map(|v| v.len() as u64).map_err(|e| e.to_string()),
         }
     }
 }
@@ -153,7 +153,7 @@ pub async fn active<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>)
 pub async fn invalidate_stale_shared<C: Connect + Clone + Send + Sync + 'static>(
     gw: &Gateway<C>,
 ) -> Result<usize, String> {
-    let Some(b @ LeaseBackend::Redis(_)) = LeaseBackend::of(gw) else { return Ok(0) };
+    let Some(b @ LeaseBackend::Shared(_)) = LeaseBackend::of(gw) else { return Ok(0) };
     let allowed = |key_id: &str, connection: &str| gw.may_hold_lease(key_id, connection);
     let n = b.invalidate(&allowed, gw.clock.wall_now_ms()).await?;
     if n > 0 {

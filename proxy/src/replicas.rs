@@ -11,13 +11,12 @@
 //! served on local state; the log says so once, and `/health` and `/metrics` show it.
 
 use crate::config::StateConfig;
-use crate::lease_redis::RedisLeases;
+use crate::lease_shared::SharedLeases;
 use crate::reload::Serving;
+use crate::shared_store::{RedisStore, SharedStore, StoreError, StoreOp};
 use ferroute_core::engine::SharedChange;
 use futures_util::StreamExt;
 use hyper_util::client::legacy::connect::Connect;
-use redis::AsyncCommands;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -87,7 +86,7 @@ pub struct Replicas {
     name: String,
     stats: Arc<ReplicaStats>,
     tx: mpsc::Sender<(u64, SharedChange)>,
-    leases: RedisLeases,
+    leases: SharedLeases,
 }
 
 impl std::fmt::Debug for Replicas {
@@ -102,8 +101,8 @@ impl Replicas {
         &self.name
     }
 
-    /// The leases, held in the same Redis (see [`crate::lease_redis`]).
-    pub fn leases(&self) -> &RedisLeases {
+    /// The leases, held in the same store (see [`crate::lease_shared`]).
+    pub fn leases(&self) -> &SharedLeases {
         &self.leases
     }
 
@@ -122,14 +121,8 @@ impl Replicas {
     }
 }
 
-struct Keys {
-    state: String,
-    channel: String,
-}
-
-/// Joins the shared state named by `cfg` (its `url` set): turns on sharing in the core, then
-/// starts the publisher and the subscriber on the current tokio runtime. Fails only on a URL
-/// that does not parse; an unreachable server is retried in the background.
+/// Joins the shared state named by `cfg` (its `url` set) in Redis: see [`start_with`]. Fails
+/// only on a URL that does not parse; an unreachable server is retried in the background.
 pub fn start<C>(serving: Arc<Serving<C>>, cfg: &StateConfig) -> anyhow::Result<Arc<Replicas>>
 where
     C: Connect + Clone + Send + Sync + 'static,
@@ -137,23 +130,31 @@ where
     let url = cfg.url.as_deref().ok_or_else(|| anyhow::anyhow!("state.url is required with backend = \"redis\""))?;
     let client = redis::Client::open(url).map_err(|e| anyhow::anyhow!("state.url is not a Redis URL: {e}"))?;
     let name = cfg.replica.clone().unwrap_or_else(|| format!("replica-{:016x}", rand_name()));
-    let keys = Arc::new(Keys { state: format!("{}:state", cfg.prefix), channel: format!("{}:changes", cfg.prefix) });
+    tracing::info!(replica = %name, prefix = %cfg.prefix, "sharing resilience state through redis");
+    Ok(start_with(serving, Arc::new(RedisStore::new(client, &cfg.prefix)), name))
+}
+
+/// Joins the shared state in `store` as replica `name`: turns on sharing in the core, then
+/// starts the publisher and the subscriber on the current tokio runtime.
+pub fn start_with<C>(serving: Arc<Serving<C>>, store: Arc<dyn SharedStore>, name: String) -> Arc<Replicas>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
     let stats = Arc::new(ReplicaStats::default());
     let (tx, rx) = mpsc::channel(QUEUE);
-    let leases = RedisLeases::new(client.clone(), &cfg.prefix);
+    let leases = SharedLeases::new(Arc::clone(&store));
     let replicas = Arc::new(Replicas { name: name.clone(), stats: Arc::clone(&stats), tx, leases });
     let gw = serving.current();
     gw.with_engine(|e| e.set_sharing(true));
     gw.share_with(Arc::clone(&replicas));
-    tokio::spawn(publisher(client.clone(), Arc::clone(&keys), name.clone(), Arc::clone(&stats), rx));
-    tokio::spawn(subscriber(client, keys, serving, Arc::clone(&replicas)));
+    tokio::spawn(publisher(Arc::clone(&store), name, Arc::clone(&stats), rx));
+    tokio::spawn(subscriber(store, serving, Arc::clone(&replicas)));
     tokio::spawn(async move {
         if let Err(e) = crate::leases::invalidate_stale_shared(&gw).await {
             tracing::error!(error = %e, "could not check the shared leases against the config");
         }
     });
-    tracing::info!(replica = %name, prefix = %cfg.prefix, "sharing resilience state through redis");
-    Ok(replicas)
+    replicas
 }
 
 /// A name unlikely to repeat: the process id and the start time's nanoseconds.
@@ -163,34 +164,16 @@ fn rand_name() -> u64 {
     (nanos as u64) ^ (u64::from(std::process::id()) << 40)
 }
 
-async fn connect(client: &redis::Client) -> redis::RedisResult<ConnectionManager> {
-    let cfg = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_secs(2)))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(500));
-    client.get_connection_manager_with_config(cfg).await
-}
-
 /// Writes and publishes queued changes, in order, a batch at a time.
 async fn publisher(
-    client: redis::Client,
-    keys: Arc<Keys>,
+    store: Arc<dyn SharedStore>,
     name: String,
     stats: Arc<ReplicaStats>,
     mut rx: mpsc::Receiver<(u64, SharedChange)>,
 ) {
-    let mut conn: Option<ConnectionManager> = None;
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, 256).await > 0 {
-        if conn.is_none() {
-            conn = connect(&client).await.ok();
-        }
-        let sent = match &mut conn {
-            Some(c) => write(c, &keys, &name, &batch).await,
-            None => Err(redis::RedisError::from((redis::ErrorKind::Io, "not connected"))),
-        };
-        match sent {
+        match write(store.as_ref(), &name, &batch).await {
             Ok(()) => {
                 stats.published.fetch_add(batch.len() as u64, Ordering::Relaxed);
             }
@@ -204,35 +187,30 @@ async fn publisher(
     }
 }
 
-async fn write(
-    conn: &mut ConnectionManager,
-    keys: &Keys,
-    name: &str,
-    batch: &[(u64, SharedChange)],
-) -> redis::RedisResult<()> {
-    let mut pipe = redis::pipe();
+/// One batch as store writes: each change's latest state under its field (a dropped pin or a
+/// clear removes fields), and the change published.
+async fn write(store: &dyn SharedStore, name: &str, batch: &[(u64, SharedChange)]) -> Result<(), StoreError> {
+    let mut ops = Vec::with_capacity(batch.len() * 2);
     for (wall_ms, change) in batch {
         let envelope = Envelope { replica: name.to_owned(), wall_ms: *wall_ms, change: change.clone() };
         let json = serde_json::to_string(&envelope).unwrap_or_default();
         if let SharedChange::LockoutsCleared { provider, connection, model } = change {
-            let fields: Vec<String> = conn.hkeys(&keys.state).await?;
-            let gone: Vec<&String> = fields
-                .iter()
+            let fields = store.fields().await?;
+            let gone: Vec<String> = fields
+                .into_iter()
                 .filter(|f| cleared(f, provider.as_deref(), connection.as_deref(), model.as_deref()))
                 .collect();
-            if !gone.is_empty() {
-                pipe.hdel(&keys.state, gone).ignore();
-            }
+            ops.push(StoreOp::Delete { fields: gone });
         } else if let Some(field) = change.store_key() {
             if matches!(change, SharedChange::PinDropped { .. }) {
-                pipe.hdel(&keys.state, field).ignore();
+                ops.push(StoreOp::Delete { fields: vec![field] });
             } else {
-                pipe.hset(&keys.state, field, &json).ignore();
+                ops.push(StoreOp::Set { field, value: json.clone() });
             }
         }
-        pipe.publish(&keys.channel, &json).ignore();
+        ops.push(StoreOp::Publish { message: json });
     }
-    pipe.query_async::<()>(conn).await
+    store.apply(ops).await
 }
 
 /// Whether the stored lock `field` (`lockout:provider:connection:model`) is one a clear removes.
@@ -247,14 +225,14 @@ fn cleared(field: &str, provider: Option<&str>, connection: Option<&str>, model:
 
 /// Follows the other replicas' changes, reconnecting with backoff; each (re)connection starts
 /// with a resync.
-async fn subscriber<C>(client: redis::Client, keys: Arc<Keys>, serving: Arc<Serving<C>>, me: Arc<Replicas>)
+async fn subscriber<C>(store: Arc<dyn SharedStore>, serving: Arc<Serving<C>>, me: Arc<Replicas>)
 where
     C: Connect + Clone + Send + Sync + 'static,
 {
     let mut backoff = Duration::from_millis(100);
     let mut lost_since_warned = false;
     loop {
-        match follow(&client, &keys, &serving, &me, &mut backoff, &mut lost_since_warned).await {
+        match follow(store.as_ref(), &serving, &me, &mut backoff, &mut lost_since_warned).await {
             Ok(()) => tracing::warn!("lost the shared state store; serving on local state and reconnecting"),
             Err(e) => {
                 me.stats.errors.fetch_add(1, Ordering::Relaxed);
@@ -271,22 +249,18 @@ where
 }
 
 async fn follow<C>(
-    client: &redis::Client,
-    keys: &Keys,
+    store: &dyn SharedStore,
     serving: &Arc<Serving<C>>,
     me: &Replicas,
     backoff: &mut Duration,
     lost_since_warned: &mut bool,
-) -> redis::RedisResult<()>
+) -> Result<(), StoreError>
 where
     C: Connect + Clone + Send + Sync + 'static,
 {
-    let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.subscribe(&keys.channel).await?;
-    // Subscribed first, so nothing published during the load is missed (a change seen twice
-    // merges to the same state).
-    let mut conn = client.get_multiplexed_async_connection().await?;
-    let stored: Vec<(String, String)> = conn.hgetall(&keys.state).await?;
+    // The store follows the channel before it reads the state, so nothing published during the
+    // load is missed (a change seen twice merges to the same state).
+    let (stored, mut messages) = store.join().await?;
     let gw = serving.current();
     let wall = gw.clock.wall_now_ms();
     let mut changes = Vec::with_capacity(stored.len());
@@ -313,9 +287,8 @@ where
         tracing::info!(loaded, "joined the shared resilience state");
     }
     *lost_since_warned = false;
-    let mut messages = pubsub.into_on_message();
     while let Some(msg) = messages.next().await {
-        let Ok(envelope) = serde_json::from_slice::<Envelope>(msg.get_payload_bytes()) else {
+        let Ok(envelope) = serde_json::from_slice::<Envelope>(&msg) else {
             me.stats.errors.fetch_add(1, Ordering::Relaxed);
             continue;
         };

@@ -7,7 +7,7 @@
 mod common;
 
 use chaos::client::{Reply, breaker, connection_status, health, health_field, send};
-use common::redis::Redis;
+use chaos::redis::Redis;
 use common::{Proc, chat_at, json, spawn, upstream};
 use scenarios::{Behaviour, Script, ScriptedUpstream};
 use std::net::SocketAddr;

@@ -11,6 +11,7 @@ pub mod answer;
 pub mod net;
 pub mod scenario;
 pub mod script;
+pub mod store;
 pub mod toxic;
 pub mod upstream;
 

@@ -10,6 +10,7 @@ mod expect;
 mod faults;
 pub mod net;
 pub mod report;
+pub mod store;
 pub mod svg;
 pub mod swarm;
 pub mod world;

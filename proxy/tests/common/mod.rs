@@ -1,8 +1,6 @@
 //! Helpers shared by the tests that run the real binary.
 #![allow(dead_code)]
 
-pub mod redis;
-
 use chaos::client::{Reply, send};
 use scenarios::{ScriptedUpstream, serve_upstream};
 use std::net::SocketAddr;

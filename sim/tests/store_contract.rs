@@ -1,22 +1,39 @@
-//! One contract, two lease stores: the same calls at the same instants get the same answers
-//! from the gateway's SQLite store and from Redis (the store replicas share), so the two cannot
-//! drift. Redis is a real `redis-server` (see `common::redis`); every case uses its own key
-//! prefix, so cases never see each other's leases.
+//! One contract for every store: the same calls at the same instants get the same answers from
+//! the gateway's SQLite store, from Redis (what replicas share in production) and from the
+//! simulation's store host (what they share in the simulation), so the three cannot drift.
+//! Redis is a real `redis-server` (`chaos::redis`); the store host runs on a loopback port;
+//! every case uses its own key prefix or its own store host, so cases never see each other.
 
-mod common;
-
-use common::redis::Redis;
+use chaos::redis::Redis;
 use ferroute_core::session::lease::{Lease, LeaseState};
+use futures_util::StreamExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use proxy::lease_redis::RedisLeases;
+use proxy::lease_shared::SharedLeases;
 use proxy::lease_store::{Acquired, NoCapacity};
 use proxy::leases::LeaseBackend;
+use proxy::shared_store::{RedisStore, SharedStore, StoreOp};
 use proxy::store::Store;
+use scenarios::store::{StoreHost, serve_store};
+use sim::store::{Io, StoreClient};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+fn redis_store(redis: &Redis, prefix: &str) -> Arc<dyn SharedStore> {
+    Arc::new(RedisStore::new(redis::Client::open(redis.url()).expect("url"), prefix))
+}
+
+/// A fresh store host on a loopback port, and a client of it (call inside a runtime).
+async fn sim_store() -> Arc<dyn SharedStore> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(serve_store(listener, StoreHost::new()));
+    Arc::new(StoreClient::new(Arc::new(move || {
+        Box::pin(async move { Ok(Box::new(tokio::net::TcpStream::connect(addr).await?) as Box<dyn Io>) })
+    })))
+}
 
 const TTL: Duration = Duration::from_secs(120);
 
@@ -76,14 +93,15 @@ async fn walk_through(b: LeaseBackend<'_>) {
 }
 
 #[test]
-fn sqlite_and_redis_walk_through_the_same_answers() {
+fn sqlite_redis_and_the_store_host_walk_through_the_same_answers() {
     let rt = runtime();
     let Some(redis) = rt.block_on(Redis::start()) else { return };
     let store = Store::in_memory().expect("store");
     rt.block_on(walk_through(LeaseBackend::Sqlite(&store)));
-    let client = redis::Client::open(redis.url()).expect("url");
-    let leases = RedisLeases::new(client, "walk");
-    rt.block_on(walk_through(LeaseBackend::Redis(&leases)));
+    let leases = SharedLeases::new(redis_store(&redis, "walk"));
+    rt.block_on(walk_through(LeaseBackend::Shared(&leases)));
+    let leases = SharedLeases::new(rt.block_on(sim_store()));
+    rt.block_on(walk_through(LeaseBackend::Shared(&leases)));
 }
 
 /// One step of a random sequence.
@@ -143,13 +161,12 @@ async fn step(b: LeaseBackend<'_>, op: &Op, now: u64) -> Result<Answer, String> 
 }
 
 /// Every random sequence of acquires, reads, renewals, releases and invalidations gets the
-/// same answers from both stores, step by step, and neither ever holds two active leases for
+/// same answers from all three stores, step by step, and none ever holds two active leases for
 /// one owner or one connection.
 #[test]
-fn sqlite_and_redis_answer_every_sequence_alike() {
+fn sqlite_redis_and_the_store_host_answer_every_sequence_alike() {
     let rt = runtime();
     let Some(redis) = rt.block_on(Redis::start()) else { return };
-    let client = redis::Client::open(redis.url()).expect("url");
     let case = AtomicU64::new(0);
     let mut runner = TestRunner::new(Config { cases: 64, failure_persistence: None, ..Config::default() });
     // Steps on a coarse grid, so that calls land exactly on expiry instants too.
@@ -158,15 +175,19 @@ fn sqlite_and_redis_answer_every_sequence_alike() {
     runner
         .run(&ops, |ops| {
             let store = Store::in_memory().expect("store");
-            let leases = RedisLeases::new(client.clone(), &format!("seq{}", case.fetch_add(1, Ordering::Relaxed)));
-            let (s, r) = (LeaseBackend::Sqlite(&store), LeaseBackend::Redis(&leases));
+            let leases =
+                SharedLeases::new(redis_store(&redis, &format!("seq{}", case.fetch_add(1, Ordering::Relaxed))));
+            let host = SharedLeases::new(rt.block_on(sim_store()));
+            let (s, r, h) = (LeaseBackend::Sqlite(&store), LeaseBackend::Shared(&leases), LeaseBackend::Shared(&host));
             rt.block_on(async {
                 let mut now = 1_000u64;
                 for (i, (op, dt)) in ops.iter().enumerate() {
                     now += dt;
                     let a = step(s, op, now).await.map_err(TestCaseError::fail)?;
                     let b = step(r, op, now).await.map_err(TestCaseError::fail)?;
-                    prop_assert_eq!(&a, &b, "step {} ({:?}) at {}", i, op, now);
+                    let c = step(h, op, now).await.map_err(TestCaseError::fail)?;
+                    prop_assert_eq!(&a, &b, "redis at step {} ({:?}) at {}", i, op, now);
+                    prop_assert_eq!(&a, &c, "the store host at step {} ({:?}) at {}", i, op, now);
                     let mut owners = BTreeSet::new();
                     let mut held = BTreeSet::new();
                     for o in 0..5 {
@@ -192,8 +213,8 @@ fn sqlite_and_redis_answer_every_sequence_alike() {
 fn fifty_concurrent_acquires_through_two_clients_grant_exactly_five() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let Some(redis) = rt.block_on(Redis::start()) else { return };
-    let replicas: Vec<Arc<RedisLeases>> =
-        (0..2).map(|_| Arc::new(RedisLeases::new(redis::Client::open(redis.url()).expect("url"), "fifty"))).collect();
+    let replicas: Vec<Arc<SharedLeases>> =
+        (0..2).map(|_| Arc::new(SharedLeases::new(redis_store(&redis, "fifty")))).collect();
     let grants = rt.block_on(async {
         let tasks: Vec<_> = (0..50)
             .map(|i| {
@@ -225,9 +246,49 @@ fn an_unreachable_redis_fails_lease_operations_within_the_timeout() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr").port()
     };
-    let leases = RedisLeases::new(redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url"), "down");
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url");
+    let leases = SharedLeases::new(Arc::new(RedisStore::new(client, "down")));
     let started = tokio::time::Instant::now();
     let r = rt.block_on(leases.acquire("o1", "team", "m", &conns(1), TTL, 1_000));
     assert!(r.is_err(), "{r:?}");
-    assert!(started.elapsed() <= proxy::lease_redis::TIMEOUT + Duration::from_millis(500), "{:?}", started.elapsed());
+    assert!(started.elapsed() <= proxy::lease_shared::TIMEOUT + Duration::from_millis(500), "{:?}", started.elapsed());
+}
+
+/// What a store must do for replicas: writes apply in order, a joining replica reads the
+/// latest state and then every message published after it joined, in order.
+async fn state_contract(store: Arc<dyn SharedStore>) {
+    let set = |f: &str, v: &str| StoreOp::Set { field: f.into(), value: v.into() };
+    store.apply(vec![set("breaker:a", "1"), set("pin:p:s", "2"), set("breaker:a", "3")]).await.expect("apply");
+    let mut fields = store.fields().await.expect("fields");
+    fields.sort();
+    assert_eq!(fields, ["breaker:a", "pin:p:s"]);
+    let (mut stored, mut feed) = store.join().await.expect("join");
+    stored.sort();
+    assert_eq!(stored, [("breaker:a".to_owned(), "3".to_owned()), ("pin:p:s".to_owned(), "2".to_owned())]);
+    store
+        .apply(vec![
+            StoreOp::Delete { fields: vec!["pin:p:s".into(), "absent".into()] },
+            StoreOp::Delete { fields: vec![] },
+            StoreOp::Publish { message: "m1".into() },
+            set("lockout:x", "4"),
+            StoreOp::Publish { message: "m2".into() },
+        ])
+        .await
+        .expect("apply");
+    store.apply(vec![StoreOp::Publish { message: "m3".into() }]).await.expect("publish");
+    for want in ["m1", "m2", "m3"] {
+        let got = tokio::time::timeout(Duration::from_secs(5), feed.next()).await.expect("in time").expect("a message");
+        assert_eq!(String::from_utf8_lossy(&got), want);
+    }
+    let mut fields = store.fields().await.expect("fields");
+    fields.sort();
+    assert_eq!(fields, ["breaker:a", "lockout:x"]);
+}
+
+#[test]
+fn redis_and_the_store_host_keep_and_publish_state_alike() {
+    let rt = runtime();
+    let Some(redis) = rt.block_on(Redis::start()) else { return };
+    rt.block_on(state_contract(redis_store(&redis, "state")));
+    rt.block_on(async { state_contract(sim_store().await).await });
 }

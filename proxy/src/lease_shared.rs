@@ -1,38 +1,23 @@
-//! Exclusive leases (M14) held in Redis, when replicas share state (`[state] backend =
-//! "redis"`). Unlike the rest of the shared state, which each replica keeps in its own core and
-//! passes on, Redis is the leases' source of truth: every acquire, renew, release and
-//! invalidation is one Lua script (`lease_redis.lua`) run atomically on the server, so one owner
-//! and one connection hold at most one active lease across all replicas. When Redis cannot be
-//! reached within [`TIMEOUT`] an operation fails, and the caller answers 503
+//! Exclusive leases (M14) held in the store replicas share (`[state] backend = "redis"`).
+//! Unlike the rest of the shared state, which each replica keeps in its own core and passes on,
+//! the store is the leases' source of truth: every acquire, renew, release and invalidation is
+//! one operation run atomically in the store (in Redis, one Lua script, `lease_redis.lua`), so
+//! one owner and one connection hold at most one active lease across all replicas. When the
+//! store does not answer within [`TIMEOUT`] an operation fails, and the caller answers 503
 //! `LEASE_SERVICE_UNAVAILABLE` rather than risk a double grant.
 //!
 //! An ended lease stays readable (its state, for `status`) for [`RETAIN`]; SQLite keeps them.
 
 use crate::lease_store::{Acquired, NoCapacity};
+use crate::shared_store::{LeaseReply, SharedStore, StoreError};
 use ferroute_core::session::lease::{Lease, LeaseState};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest wait for one lease operation, connecting included.
 pub const TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an ended lease stays readable.
 pub const RETAIN: Duration = Duration::from_secs(24 * 3600);
-
-/// Why a lease operation did not complete.
-#[derive(Debug)]
-pub struct LeaseStoreError(pub String);
-
-impl std::fmt::Display for LeaseStoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<redis::RedisError> for LeaseStoreError {
-    fn from(e: redis::RedisError) -> Self {
-        LeaseStoreError(format!("redis: {e}"))
-    }
-}
 
 /// One active lease as the store lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,61 +32,31 @@ pub struct ActiveLease {
     pub connection: String,
 }
 
-/// The leases of every replica sharing `prefix` on one Redis server.
-pub struct RedisLeases {
-    client: redis::Client,
-    prefix: String,
-    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
-    script: redis::Script,
+/// The leases of every replica sharing one store.
+#[derive(Clone)]
+pub struct SharedLeases {
+    store: Arc<dyn SharedStore>,
 }
 
-impl std::fmt::Debug for RedisLeases {
+impl std::fmt::Debug for SharedLeases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisLeases").field("prefix", &self.prefix).finish_non_exhaustive()
+        f.debug_struct("SharedLeases").finish_non_exhaustive()
     }
 }
 
-type Reply = Vec<Option<String>>;
+type Reply = LeaseReply;
 
-impl RedisLeases {
-    /// Leases under `prefix` on the server of `client` (nothing is connected until first use).
-    pub fn new(client: redis::Client, prefix: &str) -> Self {
-        RedisLeases {
-            client,
-            prefix: prefix.to_owned(),
-            conn: tokio::sync::Mutex::new(None),
-            script: redis::Script::new(include_str!("lease_redis.lua")),
-        }
+impl SharedLeases {
+    /// The leases kept in `store`.
+    pub fn new(store: Arc<dyn SharedStore>) -> Self {
+        SharedLeases { store }
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, LeaseStoreError> {
-        let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
-        }
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(TIMEOUT))
-            .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(200));
-        let c = self.client.get_connection_manager_with_config(cfg).await?;
-        *slot = Some(c.clone());
-        Ok(c)
-    }
-
-    async fn run(&self, op: &str, now_ms: u64, args: &[&str]) -> Result<Reply, LeaseStoreError> {
-        let call = async {
-            let mut conn = self.connection().await?;
-            let mut inv = self.script.prepare_invoke();
-            inv.arg(op).arg(&self.prefix).arg(now_ms).arg(RETAIN.as_millis() as u64);
-            for a in args {
-                inv.arg(*a);
-            }
-            Ok::<Reply, LeaseStoreError>(inv.invoke_async(&mut conn).await?)
-        };
-        match tokio::time::timeout(TIMEOUT, call).await {
+    async fn run(&self, op: &'static str, now_ms: u64, args: &[&str]) -> Result<Reply, StoreError> {
+        let args = args.iter().map(|a| (*a).to_owned()).collect();
+        match tokio::time::timeout(TIMEOUT, self.store.lease(op, now_ms, RETAIN, args)).await {
             Ok(r) => r,
-            Err(_) => Err(LeaseStoreError(format!("redis did not answer within {} ms", TIMEOUT.as_millis()))),
+            Err(_) => Err(StoreError(format!("the lease store did not answer within {} ms", TIMEOUT.as_millis()))),
         }
     }
 
@@ -115,7 +70,7 @@ impl RedisLeases {
         eligible: &[String],
         ttl: Duration,
         now_ms: u64,
-    ) -> Result<Acquired, LeaseStoreError> {
+    ) -> Result<Acquired, StoreError> {
         let ttl = (ttl.as_millis() as u64).to_string();
         let mut args = vec![owner_hash, key_id, model, ttl.as_str()];
         args.extend(eligible.iter().map(String::as_str));
@@ -132,12 +87,7 @@ impl RedisLeases {
     }
 
     /// The owner's lease of that generation (a lapsed one reclaimed first).
-    pub async fn lease(
-        &self,
-        owner_hash: &str,
-        generation: u64,
-        now_ms: u64,
-    ) -> Result<Option<Lease>, LeaseStoreError> {
+    pub async fn lease(&self, owner_hash: &str, generation: u64, now_ms: u64) -> Result<Option<Lease>, StoreError> {
         self.one("lease", owner_hash, generation, now_ms, None).await
     }
 
@@ -148,28 +98,23 @@ impl RedisLeases {
         generation: u64,
         ttl: Duration,
         now_ms: u64,
-    ) -> Result<Option<Lease>, LeaseStoreError> {
+    ) -> Result<Option<Lease>, StoreError> {
         self.one("renew", owner_hash, generation, now_ms, Some(ttl)).await
     }
 
     /// Releases an active lease.
-    pub async fn release(
-        &self,
-        owner_hash: &str,
-        generation: u64,
-        now_ms: u64,
-    ) -> Result<Option<Lease>, LeaseStoreError> {
+    pub async fn release(&self, owner_hash: &str, generation: u64, now_ms: u64) -> Result<Option<Lease>, StoreError> {
         self.one("release", owner_hash, generation, now_ms, None).await
     }
 
     /// Ends an active lease as INVALIDATED; whether it was active.
-    pub async fn invalidate(&self, owner_hash: &str, generation: u64, now_ms: u64) -> Result<bool, LeaseStoreError> {
+    pub async fn invalidate(&self, owner_hash: &str, generation: u64, now_ms: u64) -> Result<bool, StoreError> {
         let l = self.one("invalidate", owner_hash, generation, now_ms, None).await?;
         Ok(l.is_some_and(|l| l.state == LeaseState::Invalidated && l.renewed_at_ms == now_ms))
     }
 
     /// Every active lease (lapsed ones reclaimed first).
-    pub async fn active(&self, now_ms: u64) -> Result<Vec<ActiveLease>, LeaseStoreError> {
+    pub async fn active(&self, now_ms: u64) -> Result<Vec<ActiveLease>, StoreError> {
         let reply = self.run("active", now_ms, &[]).await?;
         if word(&reply, 0) != "active" || reply.len() % 4 != 1 {
             return Err(malformed(&reply));
@@ -189,12 +134,12 @@ impl RedisLeases {
 
     async fn one(
         &self,
-        op: &str,
+        op: &'static str,
         owner_hash: &str,
         generation: u64,
         now_ms: u64,
         ttl: Option<Duration>,
-    ) -> Result<Option<Lease>, LeaseStoreError> {
+    ) -> Result<Option<Lease>, StoreError> {
         let generation = generation.to_string();
         let ttl = ttl.map(|t| (t.as_millis() as u64).to_string());
         let mut args = vec![owner_hash, generation.as_str()];
@@ -211,12 +156,12 @@ fn word(reply: &Reply, i: usize) -> &str {
     reply.get(i).and_then(|w| w.as_deref()).unwrap_or("")
 }
 
-fn malformed(reply: &Reply) -> LeaseStoreError {
-    LeaseStoreError(format!("unexpected reply from the lease script: {reply:?}"))
+fn malformed(reply: &Reply) -> StoreError {
+    StoreError(format!("unexpected reply from the lease script: {reply:?}"))
 }
 
 /// A `lease` reply: generation, key, connection, model, state, acquired, renewed, expires.
-fn lease(owner_hash: &str, reply: &Reply) -> Result<Option<Lease>, LeaseStoreError> {
+fn lease(owner_hash: &str, reply: &Reply) -> Result<Option<Lease>, StoreError> {
     if word(reply, 0) != "lease" {
         return Err(malformed(reply));
     }

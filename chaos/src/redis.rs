@@ -1,4 +1,4 @@
-//! A private `redis-server` per test: started on a free loopback port in a temporary
+//! A private `redis-server` per test (for the tests that need a real Redis): started on a free loopback port in a temporary
 //! directory. `.ci/run` installs `redis-server` with `tests/redis/setup.sh`, and in CI a missing
 //! server fails the test; outside CI the test runs that script itself, and says it was skipped
 //! when it cannot install one (it needs apt-get and root).
@@ -47,6 +47,7 @@ impl Redis {
             .expect("start redis-server")
     }
 
+    /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -59,11 +60,13 @@ impl Redis {
         }
     }
 
+    /// Kills the server (a restart brings it back on the same port, empty).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
+    /// Kills the server and starts a new one on the same port.
     pub async fn restart(&mut self) {
         self.kill();
         self.child = Redis::spawn(self.port, self.dir.path());

@@ -1,0 +1,190 @@
+//! The store replicas share state through, behind one interface: Redis in production
+//! ([`RedisStore`]); the simulation's store host offers the same interface over simulated
+//! sockets (`sim::store`), and `sim/tests/store_contract.rs` runs one suite against both, so the
+//! two cannot drift.
+//!
+//! The store holds a hash of the latest state per breaker, connection, lock and pin (read by
+//! replicas that join later), a channel on which every change is published, and the exclusive
+//! leases, whose operations run atomically in the store (`lease_redis.lua` in Redis).
+
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use redis::AsyncCommands;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::time::Duration;
+
+/// A store operation that did not complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<redis::RedisError> for StoreError {
+    fn from(e: redis::RedisError) -> Self {
+        StoreError(format!("redis: {e}"))
+    }
+}
+
+/// One write of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreOp {
+    /// Sets a field of the stored state.
+    Set {
+        /// The field (a change's [`store_key`](ferroute_core::engine::SharedChange::store_key)).
+        field: String,
+        /// Its value.
+        value: String,
+    },
+    /// Removes fields of the stored state.
+    Delete {
+        /// The fields.
+        fields: Vec<String>,
+    },
+    /// Publishes a message to every replica following the channel.
+    Publish {
+        /// The message.
+        message: String,
+    },
+}
+
+/// Messages published from a [`SharedStore::join`] on.
+pub type Feed = BoxStream<'static, Vec<u8>>;
+
+/// What a [`SharedStore::join`] finds: the stored state as (field, value) pairs, and the feed.
+pub type Joined = (Vec<(String, String)>, Feed);
+
+/// A lease operation's reply: words and numbers as strings, absent values as `None` (see
+/// `lease_redis.lua` for each operation's shape).
+pub type LeaseReply = Vec<Option<String>>;
+
+/// What replicas share through.
+pub trait SharedStore: Send + Sync + 'static {
+    /// Applies `ops` in order, in one round trip.
+    fn apply(&self, ops: Vec<StoreOp>) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// The fields of the stored state.
+    fn fields(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>>;
+    /// Follows the channel, then reads the stored state: that state, and every message
+    /// published from the moment of following (one published during the read may be in both).
+    fn join(&self) -> BoxFuture<'_, Result<Joined, StoreError>>;
+    /// Runs lease operation `op` at `now_ms` with its arguments, atomically; ended leases stay
+    /// readable for `retain`.
+    fn lease(
+        &self,
+        op: &'static str,
+        now_ms: u64,
+        retain: Duration,
+        args: Vec<String>,
+    ) -> BoxFuture<'_, Result<LeaseReply, StoreError>>;
+}
+
+/// Shared state in Redis under a key prefix: the hash `<prefix>:state`, the channel
+/// `<prefix>:changes`, and the lease keys of `lease_redis.lua`.
+pub struct RedisStore {
+    client: redis::Client,
+    prefix: String,
+    state: String,
+    channel: String,
+    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
+    script: redis::Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+/// Longest wait to connect to Redis, or for one of its answers.
+const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl RedisStore {
+    /// The store under `prefix` on the server of `client` (nothing connects until first use).
+    pub fn new(client: redis::Client, prefix: &str) -> Self {
+        RedisStore {
+            client,
+            prefix: prefix.to_owned(),
+            state: format!("{prefix}:state"),
+            channel: format!("{prefix}:changes"),
+            conn: tokio::sync::Mutex::new(None),
+            script: redis::Script::new(include_str!("lease_redis.lua")),
+        }
+    }
+
+    /// One connection for every command (it reconnects by itself once made).
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(REDIS_TIMEOUT))
+            .set_response_timeout(Some(REDIS_TIMEOUT))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
+        let c = self.client.get_connection_manager_with_config(cfg).await?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+}
+
+impl SharedStore for RedisStore {
+    fn apply(&self, ops: Vec<StoreOp>) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.connection().await?;
+            let mut pipe = redis::pipe();
+            for op in ops {
+                match op {
+                    StoreOp::Set { field, value } => pipe.hset(&self.state, field, value).ignore(),
+                    StoreOp::Delete { fields } if fields.is_empty() => continue,
+                    StoreOp::Delete { fields } => pipe.hdel(&self.state, fields).ignore(),
+                    StoreOp::Publish { message } => pipe.publish(&self.channel, message).ignore(),
+                };
+            }
+            pipe.query_async::<()>(&mut conn).await?;
+            Ok(())
+        })
+    }
+
+    fn fields(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.connection().await?;
+            Ok(conn.hkeys(&self.state).await?)
+        })
+    }
+
+    fn join(&self) -> BoxFuture<'_, Result<Joined, StoreError>> {
+        Box::pin(async move {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(&self.channel).await?;
+            let mut conn = self.client.get_multiplexed_async_connection().await?;
+            let stored: Vec<(String, String)> = conn.hgetall(&self.state).await?;
+            let feed: Feed = Box::pin(pubsub.into_on_message().map(|m| m.get_payload_bytes().to_vec()));
+            Ok((stored, feed))
+        })
+    }
+
+    fn lease(
+        &self,
+        op: &'static str,
+        now_ms: u64,
+        retain: Duration,
+        args: Vec<String>,
+    ) -> BoxFuture<'_, Result<LeaseReply, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.connection().await?;
+            let mut inv = self.script.prepare_invoke();
+            inv.arg(op).arg(&self.prefix).arg(now_ms).arg(u64::try_from(retain.as_millis()).unwrap_or(u64::MAX));
+            for a in &args {
+                inv.arg(a);
+            }
+            Ok(inv.invoke_async(&mut conn).await?)
+        })
+    }
+}
