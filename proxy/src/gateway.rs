@@ -69,6 +69,11 @@ pub enum Observed<'a> {
     StreamStarted,
     /// A stream relay finalised (must happen exactly once per stream).
     StreamFinalized,
+    /// Other replicas' changes are about to be applied: what changes now is their doing.
+    Peers {
+        /// How many changes.
+        changes: usize,
+    },
 }
 
 /// An observer of the gateway; called synchronously, never with a lock held.
@@ -194,7 +199,12 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// Applies other replicas' changes (already aged for their transit), then settles: what
     /// they change is logged and persisted like a local change, and never shared back.
     pub fn apply_shared(&self, changes: impl IntoIterator<Item = SharedChange>) {
+        let changes: Vec<SharedChange> = changes.into_iter().collect();
         let now = self.clock.now();
+        if changes.is_empty() {
+            return;
+        }
+        self.observe(now, Observed::Peers { changes: changes.len() });
         let class_of = |p: &str| self.config.provider(p).map(|p| p.class);
         let mut emergency = None;
         self.with_engine(|e| {

@@ -80,6 +80,10 @@ impl ReplicaStats {
 const QUEUE: usize = 10_000;
 /// Longest wait between two attempts to reach the store.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How often a follower checks that it has received everything the store published.
+const LIVENESS: Duration = Duration::from_secs(1);
+/// Longest wait for the store's answer to that check.
+const LIVENESS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// This replica's link to the shared state.
 pub struct Replicas {
@@ -287,20 +291,48 @@ where
         tracing::info!(loaded, "joined the shared resilience state");
     }
     *lost_since_warned = false;
-    while let Some(msg) = messages.next().await {
-        let Ok(envelope) = serde_json::from_slice::<Envelope>(&msg) else {
-            me.stats.errors.fetch_add(1, Ordering::Relaxed);
-            continue;
-        };
-        if envelope.replica == me.name {
-            continue;
+    // A link can lose messages without breaking (a partition, a dropped connection nobody
+    // reset): every LIVENESS the store says how many messages it has published, and a follower
+    // that has not received as many as it said one check earlier lost some, and resyncs. A
+    // store that does not answer in time is treated as lost too.
+    let mut received = store.published().await?;
+    let mut said: Option<u64> = None;
+    let mut check = tokio::time::interval(LIVENESS);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    check.tick().await;
+    loop {
+        // Biased: polled in order, never at random, so a simulated run replays exactly.
+        tokio::select! {
+            biased;
+            msg = messages.next() => {
+                let Some(msg) = msg else { return Ok(()) };
+                received += 1;
+                let Ok(envelope) = serde_json::from_slice::<Envelope>(&msg) else {
+                    me.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                if envelope.replica == me.name {
+                    continue;
+                }
+                let gw = serving.current();
+                let change = envelope.aged(gw.clock.wall_now_ms());
+                gw.apply_shared([change]);
+                me.stats.applied.fetch_add(1, Ordering::Relaxed);
+            }
+            _ = check.tick() => {
+                let count = match tokio::time::timeout(LIVENESS_TIMEOUT, store.published()).await {
+                    Ok(r) => r?,
+                    Err(_) => return Err(StoreError("the store did not answer the liveness check".to_owned())),
+                };
+                if let Some(due) = said
+                    && received < due
+                {
+                    return Err(StoreError(format!("{} published changes never arrived", due - received)));
+                }
+                said = Some(count);
+            }
         }
-        let gw = serving.current();
-        let change = envelope.aged(gw.clock.wall_now_ms());
-        gw.apply_shared([change]);
-        me.stats.applied.fetch_add(1, Ordering::Relaxed);
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -70,6 +70,9 @@ pub trait SharedStore: Send + Sync + 'static {
     fn apply(&self, ops: Vec<StoreOp>) -> BoxFuture<'_, Result<(), StoreError>>;
     /// The fields of the stored state.
     fn fields(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>>;
+    /// How many messages were ever published. A follower that has received fewer than this
+    /// count said a while ago lost some (a link that dropped them without breaking).
+    fn published(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
     /// Follows the channel, then reads the stored state: that state, and every message
     /// published from the moment of following (one published during the read may be in both).
     fn join(&self) -> BoxFuture<'_, Result<Joined, StoreError>>;
@@ -91,6 +94,7 @@ pub struct RedisStore {
     prefix: String,
     state: String,
     channel: String,
+    counter: String,
     conn: tokio::sync::Mutex<Option<ConnectionManager>>,
     script: redis::Script,
 }
@@ -112,6 +116,7 @@ impl RedisStore {
             prefix: prefix.to_owned(),
             state: format!("{prefix}:state"),
             channel: format!("{prefix}:changes"),
+            counter: format!("{prefix}:published"),
             conn: tokio::sync::Mutex::new(None),
             script: redis::Script::new(include_str!("lease_redis.lua")),
         }
@@ -139,6 +144,7 @@ impl SharedStore for RedisStore {
         Box::pin(async move {
             let mut conn = self.connection().await?;
             let mut pipe = redis::pipe();
+            let published = ops.iter().filter(|op| matches!(op, StoreOp::Publish { .. })).count();
             for op in ops {
                 match op {
                     StoreOp::Set { field, value } => pipe.hset(&self.state, field, value).ignore(),
@@ -147,8 +153,19 @@ impl SharedStore for RedisStore {
                     StoreOp::Publish { message } => pipe.publish(&self.channel, message).ignore(),
                 };
             }
+            if published > 0 {
+                pipe.incr(&self.counter, published).ignore();
+            }
             pipe.query_async::<()>(&mut conn).await?;
             Ok(())
+        })
+    }
+
+    fn published(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.connection().await?;
+            let n: Option<u64> = conn.get(&self.counter).await?;
+            Ok(n.unwrap_or(0))
         })
     }
 

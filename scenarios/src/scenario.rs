@@ -29,6 +29,11 @@ pub struct Scenario {
     pub latency_ms: Option<[u64; 2]>,
     /// The gateway's config (TOML); upstreams are reached as `http://HOST:9000/v1`.
     pub gateway: String,
+    /// More replicas of the gateway (host names, each with the same config): with any, every
+    /// replica shares its state through a simulated store host named `store`, as replicas
+    /// share it through Redis (`[state] backend = "redis"`).
+    #[serde(default)]
+    pub replicas: Vec<String>,
     /// Scripted upstream hosts.
     #[serde(default)]
     pub upstreams: Vec<UpstreamSpec>,
@@ -68,6 +73,9 @@ pub struct Workload {
     /// Client host name.
     #[serde(default = "default_client")]
     pub client: String,
+    /// The gateway host to send to (`gateway`, or one of the scenario's `replicas`).
+    #[serde(default)]
+    pub gateway: Option<String>,
     /// First request.
     #[serde(default)]
     pub start_ms: u64,

@@ -4,7 +4,7 @@
 //! sockets in the simulation, loopback TCP in the contract suite that holds it to Redis).
 //!
 //! The protocol is one JSON object per line. A request names its `op`: `apply` (`ops`: `set`,
-//! `delete`, `publish`), `fields`, `load`, `lease` (`name`, `now`, `args`: the operations and
+//! `delete`, `publish`), `fields`, `published` (how many messages ever were), `load`, `lease` (`name`, `now`, `args`: the operations and
 //! replies of Ferroute's `lease_redis.lua`), or `follow`, after which the connection carries
 //! every published message as `{"msg": …}`. Replies are `{"ok": …}` or `{"err": "…"}`.
 //! Ended leases are kept (Redis lets them lapse after a day of real time).
@@ -52,6 +52,8 @@ pub enum Request {
     },
     /// The fields of the hash.
     Fields,
+    /// How many messages were ever published.
+    Published,
     /// The whole hash, as `[field, value]` pairs.
     Load,
     /// Every message published from now on, on this connection.
@@ -81,6 +83,7 @@ struct Record {
 #[derive(Default)]
 struct Inner {
     hash: BTreeMap<String, String>,
+    published: u64,
     followers: Vec<mpsc::UnboundedSender<String>>,
     records: BTreeMap<(String, u64), Record>,
     owner_ptr: BTreeMap<String, u64>,
@@ -131,12 +134,16 @@ impl StoreHost {
                                 s.hash.remove(&f);
                             }
                         }
-                        Write::Publish { message } => s.followers.retain(|f| f.send(message.clone()).is_ok()),
+                        Write::Publish { message } => {
+                            s.published += 1;
+                            s.followers.retain(|f| f.send(message.clone()).is_ok());
+                        }
                     }
                 }
                 json!({"ok": null})
             }
             Request::Fields => json!({"ok": s.hash.keys().collect::<Vec<_>>()}),
+            Request::Published => json!({"ok": s.published}),
             Request::Load => json!({"ok": s.hash.iter().map(|(k, v)| [k, v]).collect::<Vec<_>>()}),
             Request::Lease { name, now, args } => match s.lease(&name, now, &args) {
                 Ok(reply) => json!({ "ok": reply }),

@@ -144,6 +144,17 @@ pub struct Recorder {
     pub spans: Vec<Span>,
     /// `[resilience.routing] max_attempts` of the run's gateway (0: not checked).
     pub max_attempts: u32,
+    /// What the gateway being observed has announced (each replica has its own).
+    view: View,
+    /// The other replicas' views, by host.
+    views: BTreeMap<String, View>,
+    /// The replica `view` belongs to (empty: the gateway of a run without replicas).
+    host: String,
+}
+
+/// What one gateway has announced: the state its dispatches are checked against.
+#[derive(Debug, Default)]
+struct View {
     breaker_open_until: BTreeMap<String, u64>,
     cooling_until: BTreeMap<String, u64>,
     terminal: BTreeMap<String, TerminalState>,
@@ -155,12 +166,41 @@ pub struct Recorder {
     sent: BTreeSet<(u64, u32, String, String)>,
     /// The outcome being recorded: (provider, kind, at).
     last_outcome: Option<(String, OutcomeKind, u64)>,
+    /// When other replicas' changes were last applied (what changes then is their doing).
+    peers_at: Option<u64>,
 }
 
 impl Recorder {
     /// Adds a log line.
     pub fn note(&mut self, at_ms: u64, line: String) {
         self.log.push((at_ms, line));
+    }
+
+    /// Adds a log line of the gateway being observed (named when it is a second replica).
+    fn gw_note(&mut self, at_ms: u64, line: String) {
+        let line = if self.host.is_empty() || self.host == "gateway" { line } else { format!("{}: {line}", self.host) };
+        self.log.push((at_ms, line));
+    }
+
+    /// Records a violation of the gateway being observed.
+    fn gw_violate(&mut self, at_ms: u64, what: String) {
+        let what = if self.host.is_empty() || self.host == "gateway" { what } else { format!("{}: {what}", self.host) };
+        self.violate(at_ms, what);
+    }
+
+    /// A timeline lane of the gateway being observed.
+    fn lane(&self, lane: String) -> String {
+        if self.host.is_empty() || self.host == "gateway" { lane } else { format!("{lane}@{}", self.host) }
+    }
+
+    /// Feeds one observation of gateway host `host` (see [`Recorder::observe`]).
+    pub fn observe_on(&mut self, host: &str, at: u64, what: &Observed<'_>, ms_of: &dyn Fn(std::time::Instant) -> u64) {
+        if host != self.host {
+            let next = self.views.remove(host).unwrap_or_default();
+            let prev = std::mem::replace(&mut self.view, next);
+            self.views.insert(std::mem::replace(&mut self.host, host.to_owned()), prev);
+        }
+        self.observe(at, what, ms_of);
     }
 
     /// Records a violation.
@@ -173,8 +213,13 @@ impl Recorder {
     /// (requests in flight at the restart were aborted), so per-request counts start afresh.
     pub fn started_again(&mut self, at_ms: u64) {
         self.note(at_ms, "gateway started again".into());
-        self.attempts.clear();
-        self.sent.clear();
+        let primary = if self.host.is_empty() || self.host == "gateway" {
+            &mut self.view
+        } else {
+            self.views.entry("gateway".to_owned()).or_default()
+        };
+        primary.attempts.clear();
+        primary.sent.clear();
     }
 
     fn open_span(&mut self, lane: String, state: &str, at: u64) {
@@ -193,28 +238,28 @@ impl Recorder {
         match what {
             Observed::Dispatch { provider, connection, model, request, round, resend } => {
                 let again = if *resend { " again (same attempt)" } else { "" };
-                self.note(at, format!("dispatch {provider}/{model} to {connection}{again}"));
+                self.gw_note(at, format!("dispatch {provider}/{model} to {connection}{again}"));
                 if !*resend {
-                    let n = self.attempts.entry(*request).or_insert(0);
+                    let n = self.view.attempts.entry(*request).or_insert(0);
                     *n += 1;
                     let n = *n;
                     if self.max_attempts > 0 && n > self.max_attempts {
                         let max = self.max_attempts;
-                        self.violate(at, format!("request {request} made {n} upstream attempts (budget {max})"));
+                        self.gw_violate(at, format!("request {request} made {n} upstream attempts (budget {max})"));
                     }
                     let key = (*request, *round, format!("{provider}/{model}"), (*connection).to_owned());
-                    if !self.sent.insert(key) {
-                        self.violate(
+                    if !self.view.sent.insert(key) {
+                        self.gw_violate(
                             at,
                             format!("request {request} sent {provider}/{model} to {connection} twice in round {round}"),
                         );
                     }
                 }
                 let lock = ((*provider).to_owned(), (*connection).to_owned(), (*model).to_owned());
-                if let Some(until) = self.locked_until.get(&lock)
+                if let Some(until) = self.view.locked_until.get(&lock)
                     && at < *until
                 {
-                    self.violate(
+                    self.gw_violate(
                         at,
                         format!(
                             "dispatched {provider}/{model} on {connection} inside its model lockout (until {until} ms)"
@@ -223,9 +268,10 @@ impl Recorder {
                 }
                 *self.dispatches.entry(((*provider).to_owned(), (*connection).to_owned())).or_insert(0) += 1;
                 // A breaker and a connection are drawn from 0 s in the state they start in.
-                for (lane, state) in
-                    [(format!("breaker:{provider}"), "CLOSED"), (format!("conn:{connection}"), "active")]
-                {
+                for (lane, state) in [
+                    (self.lane(format!("breaker:{provider}")), "CLOSED"),
+                    (self.lane(format!("conn:{connection}")), "active"),
+                ] {
                     if !self.spans.iter().any(|s| s.lane == lane) {
                         self.spans.push(Span {
                             lane,
@@ -237,48 +283,52 @@ impl Recorder {
                     }
                 }
                 self.spans.push(Span {
-                    lane: format!("calls:{connection}"),
+                    lane: self.lane(format!("calls:{connection}")),
                     state: "call".into(),
                     from_ms: at,
                     to_ms: Some(at),
                     note: format!("{provider}/{model} to {connection}{again}"),
                 });
                 *self.targets.entry(format!("{provider}/{model}")).or_insert(0) += 1;
-                if let Some(until) = self.breaker_open_until.get(*provider)
+                if let Some(until) = self.view.breaker_open_until.get(*provider)
                     && at < *until
                 {
-                    self.violate(at, format!("dispatched to {provider} while its breaker is open until {until} ms"));
+                    self.gw_violate(at, format!("dispatched to {provider} while its breaker is open until {until} ms"));
                 }
-                if let Some(until) = self.cooling_until.get(*connection)
+                if let Some(until) = self.view.cooling_until.get(*connection)
                     && at < *until
                 {
-                    self.violate(at, format!("dispatched to {connection} inside its cooldown (until {until} ms)"));
+                    self.gw_violate(at, format!("dispatched to {connection} inside its cooldown (until {until} ms)"));
                 }
                 if let Some(t @ (TerminalState::Banned | TerminalState::CreditsExhausted)) =
-                    self.terminal.get(*connection)
+                    self.view.terminal.get(*connection)
                 {
                     let t = t.as_str();
-                    self.violate(at, format!("dispatched to {connection}, which is {t}"));
+                    self.gw_violate(at, format!("dispatched to {connection}, which is {t}"));
                 }
             }
             Observed::Outcome { provider, connection, kind } => {
-                self.note(at, format!("outcome {provider}/{connection} {}", kind.as_str()));
-                self.last_outcome = Some(((*provider).to_owned(), *kind, at));
+                self.gw_note(at, format!("outcome {provider}/{connection} {}", kind.as_str()));
+                self.view.last_outcome = Some(((*provider).to_owned(), *kind, at));
             }
             Observed::ComboWait { combo, wait } => {
-                self.note(at, format!("combo {combo} waits {} for a cooldown", secs(wait.as_millis() as u64)));
+                self.gw_note(at, format!("combo {combo} waits {} for a cooldown", secs(wait.as_millis() as u64)));
                 self.combo_waits.push(wait.as_millis() as u64);
             }
             Observed::StreamStarted => {
                 self.streams.0 += 1;
-                self.note(at, "stream started".into());
+                self.gw_note(at, "stream started".into());
             }
             Observed::StreamFinalized => {
                 self.streams.1 += 1;
-                self.note(at, "stream finalised".into());
+                self.gw_note(at, "stream finalised".into());
                 if self.streams.1 > self.streams.0 {
-                    self.violate(at, "a stream was finalised more often than streams started".into());
+                    self.gw_violate(at, "a stream was finalised more often than streams started".into());
                 }
+            }
+            Observed::Peers { changes } => {
+                self.gw_note(at, format!("applying {changes} change(s) of other replicas"));
+                self.view.peers_at = Some(at);
             }
             Observed::Core(ev) => self.core(at, ev, ms_of),
         }
@@ -295,17 +345,19 @@ impl Recorder {
                         | TransitionReason::FailureThreshold
                         | TransitionReason::ProbeFailed { .. }
                 );
-                if towards_open {
-                    let cause = self.last_outcome.as_ref().filter(|(p, _, when)| *p == t.provider && *when == at);
+                // Another replica's failures count here too: applied at `at`, they are its cause.
+                let by_peers = self.view.peers_at == Some(at);
+                if towards_open && !by_peers {
+                    let cause = self.view.last_outcome.as_ref().filter(|(p, _, when)| *p == t.provider && *when == at);
                     if !cause.is_some_and(|(_, kind, _)| *kind == OutcomeKind::ProviderLevel) {
                         let what = format!(
                             "breaker {} moved {}->{} without a provider-level outcome (last: {:?})",
                             t.provider,
                             t.from.as_str(),
                             t.to.as_str(),
-                            self.last_outcome
+                            self.view.last_outcome
                         );
-                        self.violate(at, what);
+                        self.gw_violate(at, what);
                     }
                 }
                 let why = match t.reason {
@@ -319,19 +371,19 @@ impl Recorder {
                     TransitionReason::Replica => "another replica's breaker moved".to_owned(),
                 };
                 let probe = until.map(|u| format!(", probe from {}", secs(u))).unwrap_or_default();
-                self.note(
+                self.gw_note(
                     at,
                     format!("breaker {} {} -> {} ({why}){probe}", t.provider, t.from.as_str(), t.to.as_str()),
                 );
                 match until {
                     Some(u) => {
-                        self.breaker_open_until.insert(t.provider.clone(), u);
+                        self.view.breaker_open_until.insert(t.provider.clone(), u);
                     }
                     None => {
-                        self.breaker_open_until.remove(&t.provider);
+                        self.view.breaker_open_until.remove(&t.provider);
                     }
                 }
-                let lane = format!("breaker:{}", t.provider);
+                let lane = self.lane(format!("breaker:{}", t.provider));
                 if !self.spans.iter().any(|s| s.lane == lane) {
                     let from = t.from.as_str().to_owned();
                     self.spans.push(Span {
@@ -347,24 +399,24 @@ impl Recorder {
             Event::ConnectionCooldown { connection, until, level, reason } => {
                 let u = ms_of(*until);
                 let (len, end, why) = (secs(u.saturating_sub(at)), secs(u), reason.as_str());
-                self.note(at, format!("cooldown {connection} for {len} (until {end}), level {level}, {why}"));
+                self.gw_note(at, format!("cooldown {connection} for {len} (until {end}), level {level}, {why}"));
                 self.account_level_cause(at, connection, "cooled down");
-                if let Some(t) = self.terminal.get(&**connection) {
+                if let Some(t) = self.view.terminal.get(&**connection) {
                     let t = t.as_str();
-                    self.violate(at, format!("terminal state {t} of {connection} overwritten by a cooldown"));
+                    self.gw_violate(at, format!("terminal state {t} of {connection} overwritten by a cooldown"));
                 }
                 // While a cooldown runs, a new one is announced only to end later (a longer hint);
                 // one that ends earlier or at the same moment changes nothing and is not announced.
-                if let Some(prev) = self.cooling_until.get(&**connection).copied()
+                if let Some(prev) = self.view.cooling_until.get(&**connection).copied()
                     && prev > at
                     && u <= prev
                 {
                     let how = if u < prev { "moved earlier" } else { "was announced again, not extended" };
-                    self.violate(at, format!("the cooldown of {connection} {how}, from {prev} ms to {u} ms"));
+                    self.gw_violate(at, format!("the cooldown of {connection} {how}, from {prev} ms to {u} ms"));
                 }
-                self.cooling_until.insert(connection.to_string(), u);
+                self.view.cooling_until.insert(connection.to_string(), u);
                 self.spans.push(Span {
-                    lane: format!("conn:{connection}"),
+                    lane: self.lane(format!("conn:{connection}")),
                     state: "cooldown".into(),
                     from_ms: at,
                     to_ms: Some(u),
@@ -372,56 +424,56 @@ impl Recorder {
                 });
             }
             Event::ConnectionTerminal { connection, state } => {
-                self.note(at, format!("terminal {connection} {}", state.as_str()));
+                self.gw_note(at, format!("terminal {connection} {}", state.as_str()));
                 self.account_level_cause(at, connection, state.as_str());
-                if let Some(prev) = self.terminal.get(&**connection)
+                if let Some(prev) = self.view.terminal.get(&**connection)
                     && prev != state
                 {
                     let (p, s) = (prev.as_str(), state.as_str());
-                    self.violate(at, format!("terminal state {p} of {connection} overwritten by {s}"));
+                    self.gw_violate(at, format!("terminal state {p} of {connection} overwritten by {s}"));
                 }
-                self.terminal.insert(connection.to_string(), *state);
-                self.open_span(format!("conn:{connection}"), state.as_str(), at);
+                self.view.terminal.insert(connection.to_string(), *state);
+                self.open_span(self.lane(format!("conn:{connection}")), state.as_str(), at);
             }
             Event::ConnectionRecovered { connection } => {
-                self.note(at, format!("recovered {connection}"));
-                self.terminal.remove(&**connection);
-                self.cooling_until.remove(&**connection);
-                self.close_span(&format!("conn:{connection}"), at);
+                self.gw_note(at, format!("recovered {connection}"));
+                self.view.terminal.remove(&**connection);
+                self.view.cooling_until.remove(&**connection);
+                self.close_span(&self.lane(format!("conn:{connection}")), at);
             }
             Event::Pin(ferroute_core::session::PinEvent::Set { session, provider, connection, expires_at }) => {
                 let until = ms_of(*expires_at);
-                self.note(at, format!("pin {session} on {provider} to {connection} until {}", secs(until)));
+                self.gw_note(at, format!("pin {session} on {provider} to {connection} until {}", secs(until)));
             }
             Event::Pin(ferroute_core::session::PinEvent::Dropped { session, provider }) => {
-                self.note(at, format!("pin {session} on {provider} dropped"));
+                self.gw_note(at, format!("pin {session} on {provider} dropped"));
             }
             Event::Lane { connection, change } => {
                 use ferroute_core::usage_limit::LaneChange;
                 match change {
                     LaneChange::Accepted { until } => {
                         let u = ms_of(*until);
-                        self.note(at, format!("lane {connection} accepted until {}", secs(u)));
-                        self.open_span(format!("lane:{connection}"), "slow", at);
+                        self.gw_note(at, format!("lane {connection} accepted until {}", secs(u)));
+                        self.open_span(self.lane(format!("lane:{connection}")), "slow", at);
                     }
                     LaneChange::Ended(why) => {
-                        self.note(at, format!("lane {connection} ended {}", why.as_str()));
-                        self.close_span(&format!("lane:{connection}"), at);
+                        self.gw_note(at, format!("lane {connection} ended {}", why.as_str()));
+                        self.close_span(&self.lane(format!("lane:{connection}")), at);
                     }
                     LaneChange::Reset(outcome) => {
-                        self.note(at, format!("lane {connection} reset {}", outcome.as_str()));
+                        self.gw_note(at, format!("lane {connection} reset {}", outcome.as_str()));
                     }
                 }
             }
             Event::Lockout { provider, connection, model, cooldown } => {
                 let len = secs(cooldown.as_millis() as u64);
-                self.note(at, format!("lockout {provider}/{model} on {connection} for {len}"));
+                self.gw_note(at, format!("lockout {provider}/{model} on {connection} for {len}"));
                 let until = at + cooldown.as_millis() as u64;
                 let key = (provider.to_string(), connection.to_string(), model.to_string());
-                let slot = self.locked_until.entry(key).or_insert(until);
+                let slot = self.view.locked_until.entry(key).or_insert(until);
                 *slot = (*slot).max(until);
                 self.spans.push(Span {
-                    lane: format!("lock:{provider}/{connection}/{model}"),
+                    lane: self.lane(format!("lock:{provider}/{connection}/{model}")),
                     state: "locked".into(),
                     from_ms: at,
                     to_ms: Some(at + cooldown.as_millis() as u64),
@@ -431,11 +483,12 @@ impl Recorder {
             Event::LockoutsCleared { provider, connection, model, removed } => {
                 let named = |v: &Option<std::sync::Arc<str>>| v.as_deref().unwrap_or("*").to_owned();
                 let (p, c, m) = (named(provider), named(connection), named(model));
-                self.note(at, format!("lockouts cleared: {p}/{m} on {c} ({removed})"));
+                self.gw_note(at, format!("lockouts cleared: {p}/{m} on {c} ({removed})"));
                 // Named as the gateway matches them: ids exactly, the model trimmed and in any case.
                 let hit = |v: &Option<std::sync::Arc<str>>, x: &str| v.as_deref().is_none_or(|v| v == x);
                 let model_hit = |x: &str| model.as_deref().is_none_or(|m| m.trim().eq_ignore_ascii_case(x));
-                self.locked_until
+                self.view
+                    .locked_until
                     .retain(|(lp, lc, lm), _| !(hit(provider, lp) && hit(connection, lc) && model_hit(lm)));
                 for span in self.spans.iter_mut().filter(|s| s.state == "locked") {
                     let mut parts = span.lane.trim_start_matches("lock:").splitn(3, '/');
@@ -453,11 +506,17 @@ impl Recorder {
     /// account-level outcome (a client that gave up, a local limit or a provider-level failure
     /// never touches it).
     fn account_level_cause(&mut self, at: u64, connection: &str, what: &str) {
-        let ok =
-            self.last_outcome.as_ref().is_some_and(|(_, kind, when)| *when == at && *kind == OutcomeKind::AccountLevel);
+        if self.view.peers_at == Some(at) {
+            return; // another replica's account-level outcome, applied here
+        }
+        let ok = self
+            .view
+            .last_outcome
+            .as_ref()
+            .is_some_and(|(_, kind, when)| *when == at && *kind == OutcomeKind::AccountLevel);
         if !ok {
-            let last = self.last_outcome.clone();
-            self.violate(at, format!("{connection} {what} without an account-level outcome (last: {last:?})"));
+            let last = self.view.last_outcome.clone();
+            self.gw_violate(at, format!("{connection} {what} without an account-level outcome (last: {last:?})"));
         }
     }
 

@@ -50,11 +50,12 @@ pub(crate) async fn request(
     }
     let mut b = http::Request::builder()
         .method(w.method.as_http())
-        .uri(format!("http://gateway:{GATEWAY_PORT}{path}"))
+        .uri(format!("http://{}:{GATEWAY_PORT}{path}", w.gateway.as_deref().unwrap_or("gateway")))
         .header("content-type", "application/json")
         .header("authorization", format!("Bearer {SIM_CLIENT_KEY}"));
     for (k, v) in &w.headers {
-        b = b.header(k.as_str(), v.as_str());
+        // `{seq}` in a header value is the request's number (an owner id per request).
+        b = b.header(k.as_str(), v.replace("{seq}", &format!("{seq:0>3}")));
     }
     let mut out = Outcome {
         client,

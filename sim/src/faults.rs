@@ -51,6 +51,22 @@ pub(crate) fn reload_line(r: Result<proxy::reload::Report, proxy::config::Config
 /// Host names must be unique and every fault must name known hosts (turmoil would panic).
 pub(crate) fn check_hosts(scenario: &Scenario) -> Result<(), String> {
     let mut hosts = std::collections::BTreeSet::from(["gateway".to_owned()]);
+    if !scenario.replicas.is_empty() {
+        hosts.insert(crate::world::STORE_HOST.to_owned());
+    }
+    for r in &scenario.replicas {
+        if !hosts.insert(r.clone()) {
+            return Err(format!("replica host {r:?} is defined twice (or is named \"gateway\" or \"store\")"));
+        }
+    }
+    for w in &scenario.workload {
+        if let Some(g) = &w.gateway
+            && g != "gateway"
+            && !scenario.replicas.contains(g)
+        {
+            return Err(format!("client {:?} sends to {g:?}, which is not a gateway replica", w.client));
+        }
+    }
     for u in &scenario.upstreams {
         if !hosts.insert(u.host.clone()) {
             return Err(format!("upstream host {:?} is defined twice (or is named \"gateway\")", u.host));

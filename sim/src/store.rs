@@ -107,6 +107,10 @@ impl SharedStore for StoreClient {
         Box::pin(async move { Ok(strings(&self.ok(&Request::Fields).await?)) })
     }
 
+    fn published(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move { Ok(self.ok(&Request::Published).await?.as_u64().unwrap_or(0)) })
+    }
+
     fn join(&self) -> BoxFuture<'_, Result<Joined, StoreError>> {
         Box::pin(async move {
             let (_, lines, w) = self.call(&Request::Follow).await?;

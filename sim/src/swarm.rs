@@ -106,6 +106,7 @@ pub fn generate(seed: u64) -> Scenario {
         let model =
             if rng.random_bool(0.5) { "swarm".to_owned() } else { format!("p{}/m", rng.random_range(0..providers)) };
         workload.push(Workload {
+            gateway: None,
             client: format!("safety-{g}"),
             start_ms: rng.random_range(0..10_000),
             every_ms: rng.random_range(300..3_000),
@@ -171,6 +172,7 @@ pub fn generate(seed: u64) -> Scenario {
         let client = format!("live-{p}");
         let count = (check_at + 10_000 - SAFETY_MS) / 2_000;
         workload.push(Workload {
+            gateway: None,
             client: client.clone(),
             start_ms: SAFETY_MS,
             every_ms: 2_000,
@@ -208,6 +210,7 @@ pub fn generate(seed: u64) -> Scenario {
         });
     }
     Scenario {
+        replicas: Vec::new(),
         name: format!("swarm-{seed}"),
         description: "generated: random upstream faults and workload, then healed".into(),
         mechanisms: vec!["swarm".into()],

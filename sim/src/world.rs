@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 
 /// The gateway's port inside the simulation.
 pub const GATEWAY_PORT: u16 = 8787;
+/// The host replicas share their state through (a scenario with `replicas`).
+pub const STORE_HOST: &str = "store";
+/// The store host's port.
+pub const STORE_PORT: u16 = 6379;
 /// Upstreams' port inside the simulation.
 pub const UPSTREAM_PORT: u16 = 9000;
 /// The client key simulated clients send.
@@ -195,20 +199,35 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         None
     };
     let state_path = state_dir.as_ref().map(|d| d.path().to_owned());
-    {
+    let sharing = !scenario.replicas.is_empty();
+    if sharing {
+        sim.host(STORE_HOST, || async {
+            let listener = SimListener::bind(STORE_PORT).await?;
+            scenarios::store::serve_store(listener, scenarios::store::StoreHost::new()).await;
+            Ok(())
+        });
+    }
+    for host in std::iter::once("gateway".to_owned()).chain(scenario.replicas.iter().cloned()) {
         let shared = Arc::clone(&shared);
-        sim.host("gateway", move || {
+        let config = config.clone();
+        // Only the first replica restarts (and keeps its state in a file across that).
+        let primary = host == "gateway";
+        let state_path = if primary { state_path.clone() } else { None };
+        let name = host.clone();
+        sim.host(name.as_str(), move || {
             let shared = Arc::clone(&shared);
             let config = config.clone();
             let persistence = state_path.clone().map_or(Persistence::Memory, Persistence::Dir);
+            let host = host.clone();
             async move {
                 let base = tokio::time::Instant::now().into_std();
                 let e0 = sim_now();
                 let tap_shared = Arc::clone(&shared);
                 let ms_of = move |at: Instant| ms(e0) + ms(at.saturating_duration_since(base));
+                let tap_host = host.clone();
                 let tap: Tap = Box::new(move |at: Instant, what: Observed<'_>| {
                     let mut s = lock(&tap_shared);
-                    s.rec.observe(ms_of(at), &what, &ms_of);
+                    s.rec.observe_on(&tap_host, ms_of(at), &what, &ms_of);
                 });
                 // A restarted gateway's wall clock goes on from where the simulation is.
                 let wall = WALL_START_MS + ms(e0);
@@ -221,6 +240,15 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                     load_config(&text)
                 });
                 let serving = Serving::new(gw, Some(loader));
+                if sharing {
+                    let store = Arc::new(crate::store::StoreClient::simulated(STORE_HOST, STORE_PORT));
+                    proxy::replicas::start_with(Arc::clone(&serving), store, host.clone());
+                }
+                if !primary {
+                    let listener = SimListener::bind(GATEWAY_PORT).await?;
+                    proxy::serve::serve_live(serving, listener, std::future::pending()).await;
+                    return Ok(());
+                }
                 // A `reload` fault wakes this task: the reload runs inside the gateway host, on its
                 // simulated clock, as a SIGHUP runs inside the process.
                 let wake = Arc::clone(&lock(&shared).reload);
@@ -444,6 +472,7 @@ pub fn bench_scenario() -> Scenario {
         ],
     });
     Scenario {
+        replicas: Vec::new(),
         name: "bench-hour".into(),
         description: "one simulated hour, 10 000 requests, one in four rate-limited".into(),
         mechanisms: vec!["speed".into()],
@@ -456,6 +485,7 @@ pub fn bench_scenario() -> Scenario {
             routes: [("m".to_owned(), script)].into_iter().collect(),
         }],
         workload: vec![Workload {
+            gateway: None,
             client: "client".into(),
             start_ms: 0,
             every_ms: 360,

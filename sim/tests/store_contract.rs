@@ -255,7 +255,8 @@ fn an_unreachable_redis_fails_lease_operations_within_the_timeout() {
 }
 
 /// What a store must do for replicas: writes apply in order, a joining replica reads the
-/// latest state and then every message published after it joined, in order.
+/// latest state and then every message published after it joined, in order, and the store
+/// counts what it published (a follower's liveness check).
 async fn state_contract(store: Arc<dyn SharedStore>) {
     let set = |f: &str, v: &str| StoreOp::Set { field: f.into(), value: v.into() };
     store.apply(vec![set("breaker:a", "1"), set("pin:p:s", "2"), set("breaker:a", "3")]).await.expect("apply");
@@ -283,6 +284,7 @@ async fn state_contract(store: Arc<dyn SharedStore>) {
     let mut fields = store.fields().await.expect("fields");
     fields.sort();
     assert_eq!(fields, ["breaker:a", "lockout:x"]);
+    assert_eq!(store.published().await.expect("count"), 3, "every message published is counted");
 }
 
 #[test]
