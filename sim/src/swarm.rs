@@ -209,8 +209,32 @@ pub fn generate(seed: u64) -> Scenario {
             ..Default::default()
         });
     }
+    // Some seeds run a second replica sharing state through the store: some safety groups send
+    // to it, and its links to the store or to upstreams fail now and then. (Its own stream of
+    // the seed, so that the rest of the scenario is what it was without replicas.)
+    let mut rr = ChaCha8Rng::seed_from_u64(seed ^ 0x2e91_1ca5);
+    let mut replicas = Vec::new();
+    if rr.random_bool(0.3) {
+        replicas.push("gateway-b".to_owned());
+        for w in workload.iter_mut().filter(|w| w.client.starts_with("safety-")) {
+            if rr.random_bool(0.5) {
+                w.gateway = Some("gateway-b".into());
+            }
+        }
+        let mut links = vec!["store".to_owned()];
+        links.extend((0..providers).map(|p| format!("up-{p}")));
+        for host in links {
+            if rr.random_bool(0.4) {
+                let at = rr.random_range(0..SAFETY_MS / 2);
+                let heal = at + rr.random_range(1_000..20_000);
+                for (at_ms, action) in [(at, FaultAction::Partition), (heal, FaultAction::Repair)] {
+                    faults.push(Fault { at_ms, action, a: "gateway-b".into(), b: host.clone(), gateway: None });
+                }
+            }
+        }
+    }
     Scenario {
-        replicas: Vec::new(),
+        replicas,
         name: format!("swarm-{seed}"),
         description: "generated: random upstream faults and workload, then healed".into(),
         mechanisms: vec!["swarm".into()],
