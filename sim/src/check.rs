@@ -6,8 +6,12 @@ use ferroute_core::engine::Event;
 use ferroute_core::engine::OutcomeKind;
 use ferroute_core::types::TerminalState;
 use proxy::gateway::Observed;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use view::View;
+
+#[path = "check_view.rs"]
+mod view;
 
 /// One client request's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,74 +156,16 @@ pub struct Recorder {
     host: String,
 }
 
-/// What one gateway has announced: the state its dispatches are checked against.
-#[derive(Debug, Default)]
-struct View {
-    breaker_open_until: BTreeMap<String, u64>,
-    cooling_until: BTreeMap<String, u64>,
-    terminal: BTreeMap<String, TerminalState>,
-    /// Announced model lockouts: (provider, connection, model) → until (ms).
-    locked_until: BTreeMap<(String, String, String), u64>,
-    /// First sends per client request.
-    attempts: BTreeMap<u64, u32>,
-    /// (request, round, provider/model, connection) already sent.
-    sent: BTreeSet<(u64, u32, String, String)>,
-    /// The outcome being recorded: (provider, kind, at).
-    last_outcome: Option<(String, OutcomeKind, u64)>,
-    /// When other replicas' changes were last applied (what changes then is their doing).
-    peers_at: Option<u64>,
-}
-
 impl Recorder {
     /// Adds a log line.
     pub fn note(&mut self, at_ms: u64, line: String) {
         self.log.push((at_ms, line));
     }
 
-    /// Adds a log line of the gateway being observed (named when it is a second replica).
-    fn gw_note(&mut self, at_ms: u64, line: String) {
-        let line = if self.host.is_empty() || self.host == "gateway" { line } else { format!("{}: {line}", self.host) };
-        self.log.push((at_ms, line));
-    }
-
-    /// Records a violation of the gateway being observed.
-    fn gw_violate(&mut self, at_ms: u64, what: String) {
-        let what = if self.host.is_empty() || self.host == "gateway" { what } else { format!("{}: {what}", self.host) };
-        self.violate(at_ms, what);
-    }
-
-    /// A timeline lane of the gateway being observed.
-    fn lane(&self, lane: String) -> String {
-        if self.host.is_empty() || self.host == "gateway" { lane } else { format!("{lane}@{}", self.host) }
-    }
-
-    /// Feeds one observation of gateway host `host` (see [`Recorder::observe`]).
-    pub fn observe_on(&mut self, host: &str, at: u64, what: &Observed<'_>, ms_of: &dyn Fn(std::time::Instant) -> u64) {
-        if host != self.host {
-            let next = self.views.remove(host).unwrap_or_default();
-            let prev = std::mem::replace(&mut self.view, next);
-            self.views.insert(std::mem::replace(&mut self.host, host.to_owned()), prev);
-        }
-        self.observe(at, what, ms_of);
-    }
-
     /// Records a violation.
     pub fn violate(&mut self, at_ms: u64, what: String) {
         self.note(at_ms, format!("VIOLATION {what}"));
         self.violations.push(Violation { at_ms, what });
-    }
-
-    /// The gateway process started again: request ids start again from 0 in the new process
-    /// (requests in flight at the restart were aborted), so per-request counts start afresh.
-    pub fn started_again(&mut self, at_ms: u64) {
-        self.note(at_ms, "gateway started again".into());
-        let primary = if self.host.is_empty() || self.host == "gateway" {
-            &mut self.view
-        } else {
-            self.views.entry("gateway".to_owned()).or_default()
-        };
-        primary.attempts.clear();
-        primary.sent.clear();
     }
 
     fn open_span(&mut self, lane: String, state: &str, at: u64) {
