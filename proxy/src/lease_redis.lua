@@ -89,7 +89,15 @@ if op == 'acquire' then
     end
   end
   return { 'full', soonest and ms(soonest) or '', tostring(#ARGV - 8) }
-elseif op == 'lease' or op == 'renew' or op == 'release' or op == 'invalidate' then
+elseif op == 'invalidate' then
+  -- ARGV[5..6]: owner, generation. Whether this call ended an active lease.
+  local o, g = ARGV[5], ARGV[6]
+  if state(o, g) == 'ACTIVE' then
+    finish(o, g, 'INVALIDATED')
+    return { 'ended' }
+  end
+  return { 'kept' }
+elseif op == 'lease' or op == 'renew' or op == 'release' then
   -- ARGV[5..6]: owner, generation; renew: ARGV[7] the ttl (ms).
   local o, g = ARGV[5], ARGV[6]
   local s = state(o, g)
@@ -99,8 +107,6 @@ elseif op == 'lease' or op == 'renew' or op == 'release' or op == 'invalidate' t
       redis.call('HSET', rec(o, g), 'ren', ARGV[3], 'exp', ms(now + tonumber(ARGV[7])))
     elseif op == 'release' then
       finish(o, g, 'RELEASED')
-    elseif op == 'invalidate' then
-      finish(o, g, 'INVALIDATED')
     end
   end
   return pack(o, g)

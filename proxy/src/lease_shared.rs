@@ -107,10 +107,16 @@ impl SharedLeases {
         self.one("release", owner_hash, generation, now_ms, None).await
     }
 
-    /// Ends an active lease as INVALIDATED; whether it was active.
+    /// Ends an active lease as INVALIDATED; whether this call ended it (the store says so,
+    /// atomically: another replica may have ended it first).
     pub async fn invalidate(&self, owner_hash: &str, generation: u64, now_ms: u64) -> Result<bool, StoreError> {
-        let l = self.one("invalidate", owner_hash, generation, now_ms, None).await?;
-        Ok(l.is_some_and(|l| l.state == LeaseState::Invalidated && l.renewed_at_ms == now_ms))
+        let g = generation.to_string();
+        let reply = self.run("invalidate", now_ms, &[owner_hash, g.as_str()]).await?;
+        match word(&reply, 0) {
+            "ended" => Ok(true),
+            "kept" => Ok(false),
+            _ => Err(malformed(&reply)),
+        }
     }
 
     /// Every active lease (lapsed ones reclaimed first).

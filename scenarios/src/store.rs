@@ -264,7 +264,15 @@ impl Inner {
                     Some(eligible.len().to_string()),
                 ])
             }
-            "lease" | "renew" | "release" | "invalidate" => {
+            "invalidate" => {
+                let id = (arg(0)?, num(1)?);
+                if self.state(&id, now) == Some("ACTIVE") {
+                    self.finish(&id, "INVALIDATED", now);
+                    return Ok(words(&["ended"]));
+                }
+                Ok(words(&["kept"]))
+            }
+            "lease" | "renew" | "release" => {
                 let id = (arg(0)?, num(1)?);
                 let Some(state) = self.state(&id, now) else { return Ok(words(&["none"])) };
                 if state == "ACTIVE" {
@@ -277,7 +285,6 @@ impl Inner {
                             }
                         }
                         "release" => self.finish(&id, "RELEASED", now),
-                        "invalidate" => self.finish(&id, "INVALIDATED", now),
                         _ => {}
                     }
                 }
