@@ -200,6 +200,7 @@ async fn kill_9_in_the_middle_of_load_keeps_breaker_and_cooldown_state() {
             status: 503,
             headers: Default::default(),
             body: r#"{"error":{"message":"down"}}"#.into(),
+            pad_to: None,
             latency_ms: 20,
         }),
     ))

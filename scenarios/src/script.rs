@@ -114,15 +114,20 @@ impl SseEvent {
 
     /// The payload as written: `data` with `{pad}` filled to `pad_to` bytes.
     pub fn payload(&self) -> std::borrow::Cow<'_, str> {
-        let Some(to) = self.pad_to else { return self.data.as_str().into() };
-        let fill = to.saturating_sub(self.data.len().saturating_sub("{pad}".len()));
-        self.data.replacen("{pad}", &"x".repeat(fill), 1).into()
+        padded(&self.data, self.pad_to)
     }
 
     /// The final `[DONE]`.
     pub fn done(after_ms: u64) -> Self {
         SseEvent { after_ms, event: None, data: "[DONE]".into(), pad_to: None }
     }
+}
+
+/// `text` with its `{pad}` filled with `x` up to `pad_to` bytes in all (unchanged without one).
+pub fn padded(text: &str, pad_to: Option<usize>) -> std::borrow::Cow<'_, str> {
+    let Some(to) = pad_to else { return text.into() };
+    let fill = to.saturating_sub(text.len().saturating_sub("{pad}".len()));
+    text.replacen("{pad}", &"x".repeat(fill), 1).into()
 }
 
 /// One behaviour for one call.
@@ -139,6 +144,10 @@ pub enum Behaviour {
         /// Body text (JSON or not).
         #[serde(default)]
         body: String,
+        /// Pads the body to exactly this many bytes: its `{pad}` is replaced by as many `x` as
+        /// that takes (for bodies at a size limit).
+        #[serde(default)]
+        pad_to: Option<usize>,
         /// Delay before the headers.
         #[serde(default)]
         latency_ms: u64,
@@ -206,7 +215,7 @@ pub enum Behaviour {
 impl Behaviour {
     /// A plain JSON error response.
     pub fn status(status: u16, body: &str) -> Self {
-        Behaviour::Respond { status, headers: BTreeMap::new(), body: body.to_owned(), latency_ms: 0 }
+        Behaviour::Respond { status, headers: BTreeMap::new(), body: body.to_owned(), pad_to: None, latency_ms: 0 }
     }
 
     /// The same with headers.
@@ -215,6 +224,7 @@ impl Behaviour {
             status,
             headers: headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             body: body.to_owned(),
+            pad_to: None,
             latency_ms: 0,
         }
     }

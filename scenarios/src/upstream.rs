@@ -425,10 +425,10 @@ async fn play_one(
     };
     let model = json.get("model").and_then(|m| m.as_str()).unwrap_or("").to_owned();
     match b {
-        Behaviour::Respond { status, headers, body, latency_ms } => {
+        Behaviour::Respond { status, headers, body, pad_to, latency_ms } => {
             sleep(latency_ms).await;
             let headers = headers.iter().map(|(k, v)| (k.clone(), with_epoch(v, epoch))).collect();
-            Ok(full(status, &headers, with_epoch(&body, epoch)))
+            Ok(full(status, &headers, with_epoch(&crate::script::padded(&body, pad_to), epoch)))
         }
         Behaviour::WithHeaders { headers, then } => {
             let mut resp = play(*then, json, stream, anthropic, epoch).await?;

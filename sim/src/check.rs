@@ -4,7 +4,7 @@
 use ferroute_core::breaker::TransitionReason;
 use ferroute_core::engine::Event;
 use ferroute_core::engine::OutcomeKind;
-use ferroute_core::types::TerminalState;
+use ferroute_core::types::{Reason, TerminalState};
 use proxy::gateway::Observed;
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -346,7 +346,14 @@ impl Recorder {
                 let u = ms_of(*until);
                 let (len, end, why) = (secs(u.saturating_sub(at)), secs(u), reason.as_str());
                 self.gw_note(at, format!("cooldown {connection} for {len} (until {end}), level {level}, {why}"));
-                self.account_level_cause(at, connection, "cooled down");
+                // A provider-level status whose text names an account-level cause (auth, quota,
+                // throttling, a supervisor's hint) may cool the connection (SPEC: layer
+                // separation); a provider-level reason never does.
+                let named = !matches!(
+                    reason,
+                    Reason::ServerError | Reason::Unknown | Reason::ModelCapacity | Reason::Transport
+                );
+                self.account_level_cause(at, connection, "cooled down", named);
                 if let Some(t) = self.view.terminal.get(&**connection) {
                     let t = t.as_str();
                     self.gw_violate(at, format!("terminal state {t} of {connection} overwritten by a cooldown"));
@@ -371,7 +378,8 @@ impl Recorder {
             }
             Event::ConnectionTerminal { connection, state } => {
                 self.gw_note(at, format!("terminal {connection} {}", state.as_str()));
-                self.account_level_cause(at, connection, state.as_str());
+                // A terminal state is always named by the text (deactivated, out of credits).
+                self.account_level_cause(at, connection, state.as_str(), true);
                 if let Some(prev) = self.view.terminal.get(&**connection)
                     && prev != state
                 {
@@ -450,16 +458,15 @@ impl Recorder {
 
     /// Layer separation and neutral outcomes: a connection cools or ends only right after an
     /// account-level outcome (a client that gave up, a local limit or a provider-level failure
-    /// never touches it).
-    fn account_level_cause(&mut self, at: u64, connection: &str, what: &str) {
+    /// never touches it), or after a provider-level status whose text `named` an account-level
+    /// cause.
+    fn account_level_cause(&mut self, at: u64, connection: &str, what: &str, named: bool) {
         if self.view.peers_at == Some(at) {
             return; // another replica's account-level outcome, applied here
         }
-        let ok = self
-            .view
-            .last_outcome
-            .as_ref()
-            .is_some_and(|(_, kind, when)| *when == at && *kind == OutcomeKind::AccountLevel);
+        let ok = self.view.last_outcome.as_ref().is_some_and(|(_, kind, when)| {
+            *when == at && (*kind == OutcomeKind::AccountLevel || (named && *kind == OutcomeKind::ProviderLevel))
+        });
         if !ok {
             let last = self.view.last_outcome.clone();
             self.gw_violate(at, format!("{connection} {what} without an account-level outcome (last: {last:?})"));

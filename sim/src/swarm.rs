@@ -33,6 +33,7 @@ fn fault(rng: &mut ChaCha8Rng) -> Behaviour {
             status: 200,
             headers: BTreeMap::new(),
             body: r#"{"choices":[{"message":{"role":"assistant","content":"slow"}}]}"#.into(),
+            pad_to: None,
             latency_ms: rng.random_range(500..2500),
         },
         _ => Behaviour::Echo { latency_ms: rng.random_range(0..100), chunk_ms: rng.random_range(0..50) },
