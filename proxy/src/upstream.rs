@@ -258,6 +258,14 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+        if is_sse && !inbound.stream {
+            // An event stream to a request for one JSON answer is not that answer: the
+            // provider's failure, like a body that does not parse.
+            return transport_failure(
+                &mut attempt,
+                format!("{} answered a request without `stream` with an event stream", provider.id),
+            );
+        }
         if inbound.stream && is_sse {
             gw.metrics.request(status.as_u16(), &provider.id);
             let fin = Finalizer::new(

@@ -286,7 +286,17 @@ pub struct ResponseExpect {
     /// For streams: whether `[DONE]` arrived.
     #[serde(default)]
     pub done: Option<bool>,
-    /// Response headers that must be present with these values (names in lower case).
+    /// Texts the answer's body contains (its first 64 KiB).
+    #[serde(default)]
+    pub body_contains: Vec<String>,
+    /// Texts the answer's body does not contain.
+    #[serde(default)]
+    pub body_lacks: Vec<String>,
+    /// The exchange took at least this long, from the request to its end (ms).
+    #[serde(default)]
+    pub min_ms: Option<u64>,
+    /// Response headers that must be present with these values (names in lower case); an empty
+    /// value expects the header absent.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// Whether the request ended as an expected abort: its client gave up (the workload's
@@ -356,6 +366,10 @@ pub struct StateExpect {
     /// M4: the connection's usage-limit lane (`off`, `active`, `guard`, `budget_exhausted`).
     #[serde(default)]
     pub lane: Option<String>,
+    /// M4: time until the connection's next session-limit reset try (health's
+    /// `next_reset_try`), `[min, max]` ms.
+    #[serde(default)]
+    pub reset_try_in_ms: Option<[u64; 2]>,
     /// Whether the connection is cooling down (health shows `rate_limited_until`).
     #[serde(default)]
     pub cooling: Option<bool>,
@@ -379,6 +393,9 @@ pub struct CallExpect {
     /// At most.
     #[serde(default)]
     pub max: Option<u64>,
+    /// At most this many calls answered at once (from arrival to response headers).
+    #[serde(default)]
+    pub max_in_flight: Option<u64>,
 }
 
 fn star() -> String {

@@ -38,6 +38,8 @@ pub struct Outcome {
     pub error: Option<String>,
     /// The gateway's own `x-ferroute-*` response headers.
     pub headers: std::collections::BTreeMap<String, String>,
+    /// The answer's body as text, its first 64 KiB (for `body_contains` and `body_lacks`).
+    pub body: String,
     /// An expected abort: the client gave up on purpose (the workload's `abort`), or a
     /// partition cut it off from the gateway while it waited (`error` says which).
     pub aborted: bool,
@@ -58,6 +60,7 @@ impl Outcome {
             done: false,
             error: Some(why),
             headers: Default::default(),
+            body: String::new(),
             aborted: true,
         }
     }
@@ -306,6 +309,12 @@ impl Recorder {
                         self.gw_violate(at, what);
                     }
                 }
+                // A move changes the state; only an operator's reset announces CLOSED again (its
+                // counts zeroed).
+                if t.from == t.to && !matches!(t.reason, TransitionReason::ManualReset) {
+                    let s = t.to.as_str();
+                    self.gw_violate(at, format!("breaker {} moved {s} -> {s}, to the state it was in", t.provider));
+                }
                 let why = match t.reason {
                     TransitionReason::DegradationThreshold => "degradation threshold reached".to_owned(),
                     TransitionReason::FailureThreshold => "failure threshold reached".to_owned(),
@@ -503,6 +512,7 @@ mod tests {
             done: false,
             error: None,
             headers: Default::default(),
+            body: String::new(),
             aborted: false,
         };
         assert_eq!(o.describe(false), "a#3: 503 server_error retry-after 5s via k1");

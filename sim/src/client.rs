@@ -69,6 +69,7 @@ pub(crate) async fn request(
         done: false,
         error: None,
         headers: Default::default(),
+        body: String::new(),
         aborted: false,
     };
     let text = match &w.body {
@@ -130,7 +131,7 @@ async fn read(
     out.connection = h.get("x-ferroute-selected-connection-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     out.headers = h
         .iter()
-        .filter(|(k, _)| k.as_str().starts_with("x-ferroute-"))
+        .filter(|(k, _)| k.as_str().starts_with("x-ferroute-") || *k == http::header::CONTENT_TYPE)
         .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
         .collect();
     let mut body = resp.into_body();
@@ -144,12 +145,22 @@ async fn read(
         Ok(c) => {
             let text = String::from_utf8_lossy(&c.to_bytes()).into_owned();
             read_body(&text, w.anthropic, out);
+            out.body = text
+                .chars()
+                .scan(0, |n, ch| {
+                    *n += ch.len_utf8();
+                    (*n <= KEPT_BODY).then_some(ch)
+                })
+                .collect();
         }
         Err(e) => {
             out.error = Some(format!("body: {e}"));
         }
     }
 }
+
+/// The most of an answer's body an outcome keeps.
+const KEPT_BODY: usize = 64 * 1024;
 
 fn read_body(text: &str, anthropic: bool, out: &mut Outcome) {
     out.code = scenarios::answer::error_code(text);

@@ -59,6 +59,12 @@ pub(crate) fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::
             {
                 problems.push(format!("connection {c} last failed with {:?} (expected {want})", st.error_code()));
             }
+            if let Some([lo, hi]) = e.reset_try_in_ms {
+                let left = eng.lanes().reset_next(c, now).map(|u| ms(u.saturating_duration_since(now)));
+                if left.is_none_or(|l| l < lo || l > hi) {
+                    problems.push(format!("connection {c} tries a reset again in {left:?} ms (expected {lo}..={hi})"));
+                }
+            }
             if let Some(want) = &e.lane {
                 let got = eng.lane_view(c, now).as_str();
                 if got != want {
@@ -69,6 +75,13 @@ pub(crate) fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::
                 let got = eng.lockouts().remaining(now, p, c, m, None).is_some();
                 if got != want {
                     problems.push(format!("model {p}/{m} on {c} locked={got} (expected {want})"));
+                }
+                // What an operator sees (health's and the admin API's listing) is what routing reads.
+                let listed =
+                    eng.lockouts().list(now).iter().any(|l| l.provider == *p && l.connection == *c && l.model == *m);
+                if listed != want {
+                    problems
+                        .push(format!("model {p}/{m} on {c} listed={listed} in the lockout listing (expected {want})"));
                 }
             }
         }
@@ -158,12 +171,23 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
         if r.done.is_some_and(|d| d != o.done) {
             bad.push(format!("done {} (expected {:?})", o.done, r.done));
         }
+        for text in r.body_contains.iter().filter(|t| !o.body.contains(t.as_str())) {
+            bad.push(format!("body lacks {text:?}"));
+        }
+        for text in r.body_lacks.iter().filter(|t| o.body.contains(t.as_str())) {
+            bad.push(format!("body contains {text:?}"));
+        }
+        let took = o.done_ms.saturating_sub(o.issued_ms);
+        if r.min_ms.is_some_and(|m| took < m) {
+            bad.push(format!("took {took} ms (expected at least {:?})", r.min_ms));
+        }
         if r.aborted.is_some_and(|a| a != o.aborted) {
             bad.push(format!("aborted {} (expected {:?})", o.aborted, r.aborted));
         }
         for (name, want) in &r.headers {
             let got = o.headers.get(name);
-            if got != Some(want) {
+            // An empty value expects the header absent.
+            if (want.is_empty() && got.is_some()) || (!want.is_empty() && got != Some(want)) {
                 bad.push(format!("header {name} {got:?} (expected {want:?})"));
             }
         }
@@ -201,6 +225,15 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
             s.rec.violate(
                 t,
                 format!("upstream {} model {} got {n} calls (expected {:?}..={:?})", c.host, c.model, c.min, c.max),
+            );
+        }
+        let peak = s.upstreams.get(&c.host).map_or(0, |u| u.peak_in_flight(&c.model));
+        if let Some(m) = c.max_in_flight
+            && peak > m
+        {
+            s.rec.violate(
+                t,
+                format!("upstream {} model {} answered {peak} calls at once (expected at most {m})", c.host, c.model),
             );
         }
     }
