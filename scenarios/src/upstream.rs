@@ -46,7 +46,7 @@ pub struct ScriptedUpstream {
     routes: BTreeMap<String, Script>,
     calls: Mutex<BTreeMap<String, u64>>,
     /// Per route: calls being answered now, and the most there ever were at once.
-    in_flight: Arc<Mutex<BTreeMap<String, (u64, u64)>>>,
+    in_flight: crate::in_flight::Counts,
     log: Mutex<Vec<Recorded>>,
     started: tokio::time::Instant,
     wall_start_ms: u64,
@@ -67,7 +67,7 @@ impl ScriptedUpstream {
         ScriptedUpstream {
             routes: BTreeMap::new(),
             calls: Mutex::new(BTreeMap::new()),
-            in_flight: Arc::new(Mutex::new(BTreeMap::new())),
+            in_flight: crate::in_flight::Counts::default(),
             log: Mutex::new(Vec::new()),
             started: tokio::time::Instant::now(),
             wall_start_ms: DEFAULT_WALL_START_MS,
@@ -99,12 +99,7 @@ impl ScriptedUpstream {
     /// The most calls for `model` (`*`: for any one route) that were ever being answered at
     /// once (a call counts from its arrival until its response headers leave).
     pub fn peak_in_flight(&self, model: &str) -> u64 {
-        self.in_flight
-            .lock()
-            .map(|m| {
-                m.iter().filter(|(r, _)| model == "*" || *r == model).map(|(_, (_, peak))| *peak).max().unwrap_or(0)
-            })
-            .unwrap_or(0)
+        crate::in_flight::peak(&self.in_flight, model)
     }
 
     /// The requests received, oldest first.
@@ -136,7 +131,7 @@ impl ScriptedUpstream {
         } else {
             model.clone()
         };
-        let _answering = InFlight::enter(&self.in_flight, &route);
+        let _answering = crate::in_flight::InFlight::enter(&self.in_flight, &route);
         let call = {
             let mut calls = self.calls.lock().map_err(|_| io::Error::other("poisoned"))?;
             let n = calls.entry(route.clone()).or_insert(0);
@@ -166,33 +161,6 @@ impl ScriptedUpstream {
         let anthropic = path.ends_with("/messages");
         let epoch = self.wall_start_ms.saturating_add(elapsed) / 1000;
         play(script.pick(call, elapsed), &json, stream, anthropic, epoch).await
-    }
-}
-
-/// One call being answered: counted in its route's in-flight figure until dropped.
-struct InFlight {
-    map: Arc<Mutex<BTreeMap<String, (u64, u64)>>>,
-    route: String,
-}
-
-impl InFlight {
-    fn enter(map: &Arc<Mutex<BTreeMap<String, (u64, u64)>>>, route: &str) -> Self {
-        if let Ok(mut m) = map.lock() {
-            let (now, peak) = m.entry(route.to_owned()).or_insert((0, 0));
-            *now += 1;
-            *peak = (*peak).max(*now);
-        }
-        InFlight { map: Arc::clone(map), route: route.to_owned() }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if let Ok(mut m) = self.map.lock()
-            && let Some((now, _)) = m.get_mut(&self.route)
-        {
-            *now = now.saturating_sub(1);
-        }
     }
 }
 
