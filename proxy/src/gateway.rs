@@ -7,7 +7,6 @@ use crate::metrics::Metrics;
 use crate::replicas::Replicas;
 use crate::store::{PinWrite, Store, StoreError};
 use bytes::Bytes;
-use ferroute_core::admission::{AdmissionQueue, Enter, FailMode, Permit, QueueLimits, QueueRejection, WaitExpiry};
 use ferroute_core::engine::{Candidate, Engine, Event, OutcomeKind, Strategy, Traits};
 use ferroute_core::session::PinEvent;
 use ferroute_core::usage_limit::LaneChange;
@@ -18,7 +17,6 @@ use hyper_util::rt::TokioExecutor;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
 
 /// The upstream client.
 pub type UpstreamClient<C> = HyperClient<C, Full<Bytes>>;
@@ -81,11 +79,6 @@ pub type Tap = Box<dyn Fn(Instant, Observed<'_>) + Send + Sync>;
 
 /// A shared observer (a reloaded gateway keeps its predecessor's).
 type SharedTap = Arc<dyn Fn(Instant, Observed<'_>) + Send + Sync>;
-
-struct QueueEntry {
-    queue: AdmissionQueue,
-    wakers: BTreeMap<u64, oneshot::Sender<()>>,
-}
 
 /// The gateway: one config and everything that outlives it. A reload (see [`crate::reload`])
 /// builds a new `Gateway` for the new config that shares the state of this one (the engine,
@@ -373,93 +366,6 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         plan.targets.iter().map(|t| self.candidate(t)).collect()
     }
 
-    /// Waits for a slot in queue `key`. Dropping the returned future (client gone) gives its
-    /// place back.
-    pub async fn admit(
-        self: &Arc<Self>,
-        key: &str,
-        limits: QueueLimits,
-        mode: FailMode,
-    ) -> Result<Slot<C>, QueueRejection> {
-        let now = self.clock.now();
-        let (rx, waiter, deadline) = {
-            let mut queues = lock(&self.queues);
-            let entry = queues.entry(key.to_owned()).or_insert_with(|| QueueEntry {
-                queue: AdmissionQueue::new(key, limits, mode),
-                wakers: BTreeMap::new(),
-            });
-            entry.queue.set_limits(limits);
-            match entry.queue.try_enter(now) {
-                Enter::Run(p) => return Ok(Slot { gw: Arc::clone(self), key: key.to_owned(), permit: Some(p) }),
-                Enter::Bypass => return Ok(Slot { gw: Arc::clone(self), key: key.to_owned(), permit: None }),
-                Enter::Reject(r) => return Err(r),
-                Enter::Wait { waiter, deadline } => {
-                    let (tx, rx) = oneshot::channel();
-                    entry.wakers.insert(waiter, tx);
-                    self.metrics.queue(key, entry.queue.queued());
-                    (rx, waiter, deadline)
-                }
-            }
-        };
-        let mut cancel = CancelWait { gw: Arc::clone(self), key: key.to_owned(), waiter, armed: true };
-        let woken = tokio::select! {
-            biased;
-            r = rx => r.is_ok(),
-            () = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => false,
-        };
-        cancel.armed = false;
-        let mut queues = lock(&self.queues);
-        let Some(entry) = queues.get_mut(key) else {
-            return Ok(Slot { gw: Arc::clone(self), key: key.to_owned(), permit: None });
-        };
-        entry.wakers.remove(&waiter);
-        let result = if woken {
-            match entry.queue.take_promoted(waiter) {
-                Some(p) => Ok(Some(p)),
-                None => map_expiry(entry.queue.expire(waiter)),
-            }
-        } else {
-            map_expiry(entry.queue.expire(waiter))
-        };
-        self.metrics.queue(key, entry.queue.queued());
-        result.map(|permit| Slot { gw: Arc::clone(self), key: key.to_owned(), permit })
-    }
-
-    fn release(&self, key: &str, permit: Permit) {
-        let mut queues = lock(&self.queues);
-        if let Some(entry) = queues.get_mut(key) {
-            if let Some(next) = entry.queue.release(permit)
-                && let Some(tx) = entry.wakers.remove(&next)
-            {
-                let _ = tx.send(());
-            }
-            self.metrics.queue(key, entry.queue.queued());
-        }
-    }
-
-    fn cancel_wait(&self, key: &str, waiter: u64) {
-        let mut queues = lock(&self.queues);
-        if let Some(entry) = queues.get_mut(key) {
-            entry.wakers.remove(&waiter);
-            if let Some(next) = entry.queue.cancel(waiter)
-                && let Some(tx) = entry.wakers.remove(&next)
-            {
-                let _ = tx.send(());
-            }
-        }
-    }
-
-    /// Forgets queues nobody waits in or runs through (a reload prunes the queues of removed
-    /// connections this way; a queue is recreated when a request needs it).
-    pub fn prune_idle_queues(&self) {
-        lock(&self.queues).retain(|_, e| e.queue.queued() > 0 || e.queue.running() > 0 || !e.wakers.is_empty());
-    }
-
-    /// Queue depths by queue.
-    pub fn queue_depths(&self) -> Vec<(String, usize, usize)> {
-        lock(&self.queues).iter().map(|(k, e)| (k.clone(), e.queue.queued(), e.queue.running())).collect()
-    }
-
     /// A fresh id for objects Ferroute names itself (Responses API responses): unique within
     /// this process and across restarts (it starts from the wall clock at start-up).
     pub fn next_id(&self) -> String {
@@ -483,48 +389,14 @@ fn base_urls(config: &Config) -> Vec<String> {
     config.providers.iter().map(|p| p.base_url.trim_end_matches('/').to_owned()).collect()
 }
 
-fn map_expiry(e: WaitExpiry) -> Result<Option<Permit>, QueueRejection> {
-    match e {
-        WaitExpiry::Promoted(p) => Ok(Some(p)),
-        WaitExpiry::Bypass => Ok(None),
-        WaitExpiry::TimedOut(r) => Err(r),
-    }
-}
-
-/// A held queue slot (or a fail-open pass); released on drop.
-pub struct Slot<C: Connect + Clone + Send + Sync + 'static> {
-    gw: Arc<Gateway<C>>,
-    key: String,
-    permit: Option<Permit>,
-}
-
-impl<C: Connect + Clone + Send + Sync + 'static> Drop for Slot<C> {
-    fn drop(&mut self) {
-        if let Some(p) = self.permit.take() {
-            self.gw.release(&self.key, p);
-        }
-    }
-}
-
-struct CancelWait<C: Connect + Clone + Send + Sync + 'static> {
-    gw: Arc<Gateway<C>>,
-    key: String,
-    waiter: u64,
-    armed: bool,
-}
-
-impl<C: Connect + Clone + Send + Sync + 'static> Drop for CancelWait<C> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.gw.cancel_wait(&self.key, self.waiter);
-        }
-    }
-}
-
 /// Seconds since an instant, for latency metrics.
 pub fn seconds_since(start: Instant, now: Instant) -> f64 {
     now.saturating_duration_since(start).as_secs_f64()
 }
 
+#[path = "gateway_queues.rs"]
+mod queues;
 #[path = "gateway_shared.rs"]
 mod shared;
+use queues::QueueEntry;
+pub use queues::Slot;
