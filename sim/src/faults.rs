@@ -13,7 +13,9 @@ pub(crate) fn load_config(text: &str) -> Result<Config, proxy::config::ConfigErr
     let text = if text.contains("[[keys]]") {
         text.to_owned()
     } else {
-        format!("[[keys]]\nid = \"sim\"\nkey = \"{SIM_CLIENT_KEY}\"\n{text}")
+        // After the scenario's text, so that its top-level keys stay top-level (and the
+        // errors' line numbers are the scenario's own).
+        format!("{text}\n[[keys]]\nid = \"sim\"\nkey = \"{SIM_CLIENT_KEY}\"\n")
     };
     Config::from_toml_str(&text, &no_env, &[])
 }
