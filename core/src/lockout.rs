@@ -7,7 +7,7 @@
 
 use crate::settings::ModelLockoutSettings;
 use crate::types::{Reason, Scope, scaled};
-use std::collections::BTreeMap;
+use rustc_hash::FxHashMap;
 use std::time::{Duration, Instant};
 
 /// Typed lockout settings.
@@ -145,7 +145,10 @@ pub const EVICTION_CAP: usize = 1000;
 /// allocates.
 #[derive(Debug, Clone, Default)]
 pub struct ModelLockouts {
-    locks: BTreeMap<String, Vec<Lock>>,
+    locks: FxHashMap<String, Vec<Lock>>,
+    /// No lock ends later than this (a bound, not lowered when locks go): once it has passed,
+    /// nothing is locked and a lookup needs no search.
+    ends_by: Option<Instant>,
 }
 
 impl ModelLockouts {
@@ -189,24 +192,30 @@ impl ModelLockouts {
                 self.evict(now);
                 return left;
             }
-            slot => {
-                let lock = Lock {
-                    provider: req.provider.to_owned(),
-                    subject: subject.to_lowercase(),
-                    scope,
-                    reason: req.reason,
-                    until,
-                    failure_count,
-                    last_failure_at: now,
-                    last_cooldown: cooldown,
-                    model: req.model.to_owned(),
-                };
-                match slot {
-                    Some(existing) => *existing = lock,
-                    None => bucket.push(lock),
+            // The same provider, subject and scope: renewed in place.
+            Some(existing) => {
+                existing.reason = req.reason;
+                existing.until = until;
+                existing.failure_count = failure_count;
+                existing.last_failure_at = now;
+                existing.last_cooldown = cooldown;
+                if existing.model != req.model {
+                    existing.model = req.model.to_owned();
                 }
             }
+            None => bucket.push(Lock {
+                provider: req.provider.to_owned(),
+                subject: subject.to_lowercase(),
+                scope,
+                reason: req.reason,
+                until,
+                failure_count,
+                last_failure_at: now,
+                last_cooldown: cooldown,
+                model: req.model.to_owned(),
+            }),
         }
+        self.ends_by = self.ends_by.max(Some(until));
         self.evict(now);
         cooldown
     }
@@ -248,6 +257,7 @@ impl ModelLockouts {
                 model: model.to_owned(),
             }),
         }
+        self.ends_by = self.ends_by.max(Some(until));
         self.evict(now);
         Some(until - now)
     }
@@ -261,6 +271,9 @@ impl ModelLockouts {
         model: &str,
         family: Option<&str>,
     ) -> Option<(Duration, Reason)> {
+        if self.ends_by.is_none_or(|end| now >= end) {
+            return None;
+        }
         self.locks
             .get(connection)?
             .iter()

@@ -17,7 +17,8 @@ use crate::types::{Reason, TerminalState};
 use crate::usage_limit::{LaneRequest, LaneView, Lanes, Options as LaneOptions, ResetOutcome, Seen, Step as LaneStep};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::collections::{BTreeMap, VecDeque};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,7 @@ pub struct Engine {
     settings: ResilienceSettings,
     derived: Derived,
     breakers: BreakerRegistry,
-    connections: BTreeMap<String, ConnectionState>,
+    connections: FxHashMap<String, ConnectionState>,
     lockouts: ModelLockouts,
     tracker: ProviderCooldownTracker,
     memory: Memory,
@@ -49,7 +50,7 @@ pub struct Engine {
     events: VecDeque<Event>,
     /// Interned ids, so that events name providers, connections and models without
     /// allocating on every failure.
-    ids: BTreeMap<String, Arc<str>>,
+    ids: FxHashSet<Arc<str>>,
     /// Changes collected for other replicas, when sharing (see [`shared`]).
     outbox: Option<Vec<shared::Pending>>,
 }
@@ -64,7 +65,7 @@ impl Engine {
             derived: Derived::new(&settings),
             settings,
             breakers: BreakerRegistry::default(),
-            connections: BTreeMap::new(),
+            connections: FxHashMap::default(),
             lockouts: ModelLockouts::new(),
             tracker: ProviderCooldownTracker::new(),
             memory: Memory::default(),
@@ -74,7 +75,7 @@ impl Engine {
             lanes: Lanes::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             events: VecDeque::new(),
-            ids: BTreeMap::new(),
+            ids: FxHashSet::default(),
             outbox: None,
         }
     }
@@ -105,9 +106,11 @@ impl Engine {
         self.connections.get(id).cloned().unwrap_or_default()
     }
 
-    /// Every connection seen, by id.
+    /// Every connection seen, in id order.
     pub fn connections(&self) -> impl Iterator<Item = (&str, &ConnectionState)> {
-        self.connections.iter().map(|(k, v)| (k.as_str(), v))
+        let mut all: Vec<(&str, &ConnectionState)> = self.connections.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        all.sort_unstable_by_key(|(k, _)| *k);
+        all.into_iter()
     }
 
     /// Restores a persisted connection state.
@@ -442,7 +445,7 @@ impl Engine {
         }
         let a: Arc<str> = Arc::from(id);
         if self.ids.len() < 100_000 {
-            self.ids.insert(id.to_owned(), Arc::clone(&a));
+            self.ids.insert(Arc::clone(&a));
         }
         a
     }

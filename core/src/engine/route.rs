@@ -24,7 +24,7 @@ impl Engine {
             return Selection::BudgetSpent { attempts: tried.attempts() };
         }
         let mut excluded = Vec::new();
-        let mut eligible = Vec::new();
+        let mut eligible = Vec::with_capacity(candidates.len());
         for (i, c) in candidates.iter().enumerate() {
             if tried.was_tried(i) || tried.is_exhausted(c.connection) {
                 excluded.push(Exclusion { index: i, reason: ExclusionReason::Skipped, retry_after: Duration::ZERO });
@@ -68,15 +68,27 @@ impl Engine {
     /// The order in which `eligible` candidates are tried: targets by the route's strategy,
     /// then each target's connections by its provider's connection strategy, a connection
     /// saturated at its `max_concurrent` behind the others (the M7 gate only deprioritises).
-    pub fn order(
+    pub fn order<'c>(
         &mut self,
         now: Instant,
-        candidates: &[Candidate<'_>],
+        candidates: &[Candidate<'c>],
         eligible: &[usize],
         route: &Route<'_>,
     ) -> Vec<usize> {
         if eligible.len() <= 1 && route.session.is_none() {
             return eligible.to_vec();
+        }
+        let mut out = Vec::with_capacity(eligible.len());
+        // M5: a pin is per (session, provider); only the first target of a provider in this
+        // order moves it. Later targets of the same provider only read it, so that a combo with
+        // several targets on one provider does not re-pin the session once per target.
+        let mut decided: Vec<&'c str> = Vec::new();
+        // One target (a plain model, or one combo target left): its connections in order.
+        if let Some(&first) = eligible.first()
+            && eligible.iter().all(|&i| candidates[i].traits.target == candidates[first].traits.target)
+        {
+            self.order_target(now, candidates, eligible, route, &mut decided, &mut out);
+            return out;
         }
         // Targets, in first-seen order, each with its eligible candidates.
         let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -87,88 +99,95 @@ impl Engine {
                 None => groups.push((t, vec![i])),
             }
         }
-        let target_order = if groups.len() == 1 { vec![0] } else { self.rank_targets(now, candidates, &groups, route) };
-        let mut out = Vec::with_capacity(eligible.len());
-        // M5: a pin is per (session, provider); only the first target of a provider in this
-        // order moves it. Later targets of the same provider only read it, so that a combo with
-        // several targets on one provider does not re-pin the session once per target.
-        let mut decided: Vec<&str> = Vec::new();
-        for g in target_order {
-            let members = &groups[g].1;
-            if members.len() == 1 {
-                let c = &candidates[members[0]];
-                if let Some(session) = route.session
-                    && !decided.contains(&c.provider)
-                {
-                    // Keeps (or moves) the session's pin to the one key that can serve.
-                    decided.push(c.provider);
-                    self.affinity.choose(now, session, c.provider, &[c.connection], route.session_ttl);
-                }
-                out.push(members[0]);
-                continue;
-            }
-            let first = &candidates[members[0]];
-            let strategy = first.traits.connection_strategy;
-            // Cursors, decks and credit among a provider's keys are the provider's own, shared by
-            // every combo and model that uses it.
-            let mut within: Vec<usize> = if strategy == Strategy::Priority {
-                members.clone()
-            } else if strategy == Strategy::RoundRobin {
-                let start = self.connection_memory.rotate(first.provider, members.len());
-                members.iter().cycle().skip(start).take(members.len()).copied().collect()
-            } else {
-                let usage = strategy.reads_usage();
-                let items: Vec<Item> = members
-                    .iter()
-                    .map(|&m| {
-                        let c = &candidates[m];
-                        let mut item = Item {
-                            index: m,
-                            id: stable_hash(c.connection.as_bytes()),
-                            weight: c.traits.connection_weight,
-                            capacity: c.traits.max_concurrent,
-                            ..Item::default()
-                        };
-                        if usage {
-                            item.load = self.in_flight(c.connection);
-                            item.used = self.usage.dispatched.get(c.connection).copied().unwrap_or(0);
-                            item.quota = self.usage.quotas.get(c.connection).map(|q| q.at(now)).unwrap_or_default();
-                        }
-                        item
-                    })
-                    .collect();
-                rank(strategy, &items, &route.ask, first.provider, &mut self.connection_memory, &mut self.rng)
-                    .into_iter()
-                    .map(|p| members[p])
-                    .collect()
-            };
-            // M7: a connection at its max_concurrent goes behind those with room (stable).
-            if members.iter().any(|&m| candidates[m].traits.max_concurrent.is_some()) {
-                within.sort_by_key(|&m| {
-                    let c = &candidates[m];
-                    c.traits.max_concurrent.is_some_and(|max| self.in_flight(c.connection) >= max)
-                });
-            }
-            // M5: an eligible pin wins over the strategy and the gate.
-            if let Some(session) = route.session {
-                let pool: Vec<&str> = within.iter().map(|&m| candidates[m].connection).collect();
-                let i = if decided.contains(&first.provider) {
-                    let pinned = self.affinity.pinned(now, session, first.provider);
-                    pool.iter().position(|c| Some(*c) == pinned)
-                } else {
-                    decided.push(first.provider);
-                    self.affinity.choose(now, session, first.provider, &pool, route.session_ttl)
-                };
-                if let Some(i) = i
-                    && i > 0
-                {
-                    let pinned = within.remove(i);
-                    within.insert(0, pinned);
-                }
-            }
-            out.extend(within);
+        for g in self.rank_targets(now, candidates, &groups, route) {
+            self.order_target(now, candidates, &groups[g].1, route, &mut decided, &mut out);
         }
         out
+    }
+
+    /// Appends one target's eligible connections (`members`) to `out`, in its provider's
+    /// connection strategy, the M7 gate and the session's pin.
+    fn order_target<'c>(
+        &mut self,
+        now: Instant,
+        candidates: &[Candidate<'c>],
+        members: &[usize],
+        route: &Route<'_>,
+        decided: &mut Vec<&'c str>,
+        out: &mut Vec<usize>,
+    ) {
+        if members.len() == 1 {
+            let c = &candidates[members[0]];
+            if let Some(session) = route.session
+                && !decided.contains(&c.provider)
+            {
+                // Keeps (or moves) the session's pin to the one key that can serve.
+                decided.push(c.provider);
+                self.affinity.choose(now, session, c.provider, &[c.connection], route.session_ttl);
+            }
+            out.push(members[0]);
+            return;
+        }
+        let first = &candidates[members[0]];
+        let strategy = first.traits.connection_strategy;
+        // Cursors, decks and credit among a provider's keys are the provider's own, shared by
+        // every combo and model that uses it.
+        let mut within: Vec<usize> = if strategy == Strategy::Priority {
+            members.to_vec()
+        } else if strategy == Strategy::RoundRobin {
+            let start = self.connection_memory.rotate(first.provider, members.len());
+            members.iter().cycle().skip(start).take(members.len()).copied().collect()
+        } else {
+            let usage = strategy.reads_usage();
+            let items: Vec<Item> = members
+                .iter()
+                .map(|&m| {
+                    let c = &candidates[m];
+                    let mut item = Item {
+                        index: m,
+                        id: stable_hash(c.connection.as_bytes()),
+                        weight: c.traits.connection_weight,
+                        capacity: c.traits.max_concurrent,
+                        ..Item::default()
+                    };
+                    if usage {
+                        item.load = self.in_flight(c.connection);
+                        item.used = self.usage.dispatched.get(c.connection).copied().unwrap_or(0);
+                        item.quota = self.usage.quotas.get(c.connection).map(|q| q.at(now)).unwrap_or_default();
+                    }
+                    item
+                })
+                .collect();
+            rank(strategy, &items, &route.ask, first.provider, &mut self.connection_memory, &mut self.rng)
+                .into_iter()
+                .map(|p| members[p])
+                .collect()
+        };
+        // M7: a connection at its max_concurrent goes behind those with room (stable).
+        if members.iter().any(|&m| candidates[m].traits.max_concurrent.is_some()) {
+            within.sort_by_key(|&m| {
+                let c = &candidates[m];
+                c.traits.max_concurrent.is_some_and(|max| self.in_flight(c.connection) >= max)
+            });
+        }
+        // M5: an eligible pin wins over the strategy and the gate.
+        if let Some(session) = route.session {
+            let pool: Vec<&str> = within.iter().map(|&m| candidates[m].connection).collect();
+            let i = if decided.contains(&first.provider) {
+                let pinned = self.affinity.pinned(now, session, first.provider);
+                pool.iter().position(|c| Some(*c) == pinned)
+            } else {
+                decided.push(first.provider);
+                self.affinity.choose(now, session, first.provider, &pool, route.session_ttl)
+            };
+            if let Some(i) = i
+                && i > 0
+            {
+                let pinned = within.remove(i);
+                within.insert(0, pinned);
+            }
+        }
+        out.extend(within);
     }
 
     /// Orders the targets (groups of candidates) by the route's strategy.

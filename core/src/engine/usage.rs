@@ -4,7 +4,8 @@
 
 use super::{Candidate, Engine};
 use crate::quota::QuotaReport;
-use std::collections::BTreeMap;
+use rustc_hash::FxHashMap;
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 /// What routing remembers of traffic: requests in flight and dispatched per connection, the
@@ -13,17 +14,17 @@ use std::time::{Duration, Instant};
 /// reaches [`USAGE_CAP`] keys (ids come from config, so this only guards against misuse).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Usage {
-    pub(super) in_flight: BTreeMap<String, u32>,
-    pub(super) dispatched: BTreeMap<String, u64>,
-    pub(super) last_good: BTreeMap<String, (String, String)>,
-    pub(super) latency_ms: BTreeMap<String, f64>,
-    pub(super) quotas: BTreeMap<String, QuotaReport>,
-    pub(super) tool_limits: BTreeMap<(String, String), u32>,
+    pub(super) in_flight: FxHashMap<String, u32>,
+    pub(super) dispatched: FxHashMap<String, u64>,
+    pub(super) last_good: FxHashMap<String, (String, String)>,
+    pub(super) latency_ms: FxHashMap<String, f64>,
+    pub(super) quotas: FxHashMap<String, QuotaReport>,
+    pub(super) tool_limits: FxHashMap<(String, String), u32>,
 }
 
 const USAGE_CAP: usize = 10_000;
 
-fn bounded_insert<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, value: V) {
+fn bounded_insert<K: Hash + Eq, V>(map: &mut FxHashMap<K, V>, key: K, value: V) {
     if map.len() >= USAGE_CAP {
         map.clear();
     }
