@@ -108,6 +108,10 @@ impl ProviderCooldownTracker {
 
     /// A success clears the record.
     pub fn record_success(&mut self, provider: &str, connection: Option<&str>) {
+        // Nothing recorded (the tracker is off, or nothing failed): no key to build.
+        if self.entries.is_empty() {
+            return;
+        }
         if let Some(key) = Self::key(provider, connection) {
             self.entries.remove(&key);
         }
@@ -122,6 +126,9 @@ impl ProviderCooldownTracker {
         provider: &str,
         connection: Option<&str>,
     ) -> Duration {
+        if self.entries.is_empty() {
+            return Duration::ZERO;
+        }
         let Some(e) = Self::key(provider, connection).and_then(|k| self.entries.get(&k)) else { return Duration::ZERO };
         let elapsed = now.saturating_duration_since(e.last_failure_at);
         let cooldown = match connection {

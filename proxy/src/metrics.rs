@@ -8,22 +8,25 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-type Labels = Vec<(String, String)>;
+/// One label (the names are fixed: no allocation for them, nor for a `Vec`, per request).
+type One = [(&'static str, String); 1];
+/// Two labels.
+type Two = [(&'static str, String); 2];
 
 /// The gateway's metrics.
 pub struct Metrics {
     registry: Registry,
-    requests: Family<Labels, Counter>,
-    upstream_latency: Family<Labels, Histogram>,
-    breaker_state: Family<Labels, Gauge>,
-    connection_cooling: Family<Labels, Gauge>,
-    queue_depth: Family<Labels, Gauge>,
+    requests: Family<Two, Counter>,
+    upstream_latency: Family<One, Histogram>,
+    breaker_state: Family<One, Gauge>,
+    connection_cooling: Family<One, Gauge>,
+    queue_depth: Family<One, Gauge>,
     leases_active: Gauge,
     session_pins: Gauge,
-    translations: Family<Labels, Counter>,
-    usage_limit: Family<Labels, Counter>,
-    config_reloads: Family<Labels, Counter>,
-    shared_state: Family<Labels, Counter>,
+    translations: Family<Two, Counter>,
+    usage_limit: Family<Two, Counter>,
+    config_reloads: Family<One, Counter>,
+    shared_state: Family<One, Counter>,
     shared_state_reachable: Gauge,
     /// Stream finalisations (each stream finalises exactly once).
     pub stream_finalizations: Counter,
@@ -40,12 +43,12 @@ impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("ferroute");
-        let requests = Family::<Labels, Counter>::default();
-        let upstream_latency = Family::<Labels, Histogram>::new_with_constructor(histogram as fn() -> Histogram);
-        let breaker_state = Family::<Labels, Gauge>::default();
-        let connection_cooling = Family::<Labels, Gauge>::default();
-        let queue_depth = Family::<Labels, Gauge>::default();
-        let translations = Family::<Labels, Counter>::default();
+        let requests = Family::<Two, Counter>::default();
+        let upstream_latency = Family::<One, Histogram>::new_with_constructor(histogram as fn() -> Histogram);
+        let breaker_state = Family::<One, Gauge>::default();
+        let connection_cooling = Family::<One, Gauge>::default();
+        let queue_depth = Family::<One, Gauge>::default();
+        let translations = Family::<Two, Counter>::default();
         let stream_finalizations = Counter::default();
         let streams_started = Counter::default();
         registry.register("requests", "Client requests by final status and provider", requests.clone());
@@ -76,19 +79,19 @@ impl Metrics {
             "Upstream attempts whose request was translated, by client API and provider format",
             translations.clone(),
         );
-        let usage_limit = Family::<Labels, Counter>::default();
+        let usage_limit = Family::<Two, Counter>::default();
         registry.register(
             "usage_limit_events",
             "Claude usage-limit handling (M4) by connection and event: accepted, ended_<reason>, reset_<outcome>, slow_wait",
             usage_limit.clone(),
         );
-        let config_reloads = Family::<Labels, Counter>::default();
+        let config_reloads = Family::<One, Counter>::default();
         registry.register(
             "config_reloads",
             "Config reloads (SIGHUP or the admin API) by result: ok, refused",
             config_reloads.clone(),
         );
-        let shared_state = Family::<Labels, Counter>::default();
+        let shared_state = Family::<One, Counter>::default();
         registry.register(
             "shared_state_changes",
             "Resilience state shared with other replicas ([state] backend = \"redis\") by event: published, applied, dropped, error",
@@ -121,59 +124,51 @@ impl Metrics {
 
     /// Counts one attempt sent to a provider of another format than the client's API.
     pub fn translation(&self, api: &str, format: &str) {
-        self.translations
-            .get_or_create(&vec![("api".into(), api.to_owned()), ("format".into(), format.to_owned())])
-            .inc();
+        self.translations.get_or_create(&[("api", api.to_owned()), ("format", format.to_owned())]).inc();
     }
 
     /// Brings the shared-state counters up to the replica link's own.
     pub fn shared_state(&self, reachable: bool, counts: [(&str, u64); 4]) {
         self.shared_state_reachable.set(i64::from(reachable));
         for (event, total) in counts {
-            let c = self.shared_state.get_or_create(&vec![("event".into(), event.to_owned())]);
+            let c = self.shared_state.get_or_create(&[("event", event.to_owned())]);
             c.inc_by(total.saturating_sub(c.get()));
         }
     }
 
     /// Counts one config reload by result (`ok`, `refused`).
     pub fn config_reload(&self, result: &str) {
-        self.config_reloads.get_or_create(&vec![("result".into(), result.to_owned())]).inc();
+        self.config_reloads.get_or_create(&[("result", result.to_owned())]).inc();
     }
 
     /// Counts one M4 event of a connection.
     pub fn usage_limit(&self, connection: &str, event: &str) {
-        self.usage_limit
-            .get_or_create(&vec![("connection".into(), connection.to_owned()), ("event".into(), event.to_owned())])
-            .inc();
+        self.usage_limit.get_or_create(&[("connection", connection.to_owned()), ("event", event.to_owned())]).inc();
     }
 
     /// Counts one client response.
     pub fn request(&self, status: u16, provider: &str) {
-        self.requests
-            .get_or_create(&vec![("status".into(), status.to_string()), ("provider".into(), provider.to_owned())])
-            .inc();
+        self.requests.get_or_create(&[("status", status.to_string()), ("provider", provider.to_owned())]).inc();
     }
 
     /// Records an upstream's time to headers.
     pub fn upstream_latency(&self, provider: &str, seconds: f64) {
-        self.upstream_latency.get_or_create(&vec![("provider".into(), provider.to_owned())]).observe(seconds);
+        self.upstream_latency.get_or_create(&[("provider", provider.to_owned())]).observe(seconds);
     }
 
     /// Sets a breaker gauge.
     pub fn breaker(&self, provider: &str, value: i64) {
-        self.breaker_state.get_or_create(&vec![("provider".into(), provider.to_owned())]).set(value);
+        self.breaker_state.get_or_create(&[("provider", provider.to_owned())]).set(value);
     }
 
     /// Sets a connection gauge.
     pub fn cooling(&self, connection: &str, cooling: bool) {
-        self.connection_cooling
-            .get_or_create(&vec![("connection".into(), connection.to_owned())])
-            .set(i64::from(cooling));
+        self.connection_cooling.get_or_create(&[("connection", connection.to_owned())]).set(i64::from(cooling));
     }
 
     /// Sets a queue gauge.
     pub fn queue(&self, queue: &str, depth: usize) {
-        self.queue_depth.get_or_create(&vec![("queue".into(), queue.to_owned())]).set(depth as i64);
+        self.queue_depth.get_or_create(&[("queue", queue.to_owned())]).set(depth as i64);
     }
 
     /// Sets the session gauges (read at scrape time).
