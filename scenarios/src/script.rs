@@ -187,6 +187,13 @@ pub enum Behaviour {
         /// across network writes at arbitrary bytes (every piece of an event is sent at once).
         #[serde(default)]
         chunk_bytes: Option<usize>,
+        /// How lines end: `lf` (the default), `crlf` or `cr` (all three are valid event-stream
+        /// line endings).
+        #[serde(default)]
+        line_ending: LineEnding,
+        /// Start the stream with a UTF-8 byte order mark (which a reader must skip).
+        #[serde(default)]
+        bom: bool,
     },
     /// One character of `text` every `chunk_ms` as a stream.
     SlowDrip {
@@ -210,6 +217,30 @@ pub enum Behaviour {
         /// The behaviour whose response gets them.
         then: Box<Behaviour>,
     },
+}
+
+/// An event-stream line ending.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LineEnding {
+    /// `\n`.
+    #[default]
+    Lf,
+    /// `\r\n`.
+    Crlf,
+    /// `\r`.
+    Cr,
+}
+
+impl LineEnding {
+    /// The bytes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LineEnding::Lf => "\n",
+            LineEnding::Crlf => "\r\n",
+            LineEnding::Cr => "\r",
+        }
+    }
 }
 
 impl Behaviour {

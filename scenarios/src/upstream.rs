@@ -1,7 +1,7 @@
 //! The scripted upstream: a hyper service that plays a [`Script`] per model.
 
 use crate::net::Listener;
-use crate::script::{Behaviour, Script, SseEvent};
+use crate::script::{Behaviour, LineEnding, Script, SseEvent};
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -184,24 +184,38 @@ fn full(status: u16, headers: &BTreeMap<String, String>, body: String) -> Respon
 }
 
 fn sse_response(events: Vec<SseEvent>, reset_after: bool) -> Response<UpBody> {
-    sse_pieces(events, reset_after, None)
+    sse_pieces(events, reset_after, Framing::default())
 }
 
 /// The stream as written: whole events, or (`pieces`) runs of that many bytes, the tail of an
 /// event waiting for the next event's start.
-fn sse_pieces(events: Vec<SseEvent>, reset_after: bool, pieces: Option<usize>) -> Response<UpBody> {
+/// How a scripted stream is written: in pieces of how many bytes, with which line ending,
+/// and whether a byte order mark comes first.
+#[derive(Debug, Clone, Copy, Default)]
+struct Framing {
+    pieces: Option<usize>,
+    line_ending: LineEnding,
+    bom: bool,
+}
+
+fn sse_pieces(events: Vec<SseEvent>, reset_after: bool, framing: Framing) -> Response<UpBody> {
     let (mut tx, body) = Channel::<Bytes, io::Error>::new(4);
+    let Framing { pieces, line_ending, bom } = framing;
+    let eol = line_ending.as_str();
     tokio::spawn(async move {
         let mut carry: Vec<u8> = Vec::new();
-        for e in events {
+        for (i, e) in events.into_iter().enumerate() {
             if e.after_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(e.after_ms)).await;
             }
             let mut frame = String::new();
-            if let Some(name) = &e.event {
-                frame.push_str(&format!("event: {name}\n"));
+            if bom && i == 0 {
+                frame.push('\u{feff}');
             }
-            frame.push_str(&format!("data: {}\n\n", e.payload()));
+            if let Some(name) = &e.event {
+                frame.push_str(&format!("event: {name}{eol}"));
+            }
+            frame.push_str(&format!("data: {}{eol}{eol}", e.payload()));
             let out: Vec<Bytes> = match pieces {
                 None => vec![Bytes::from(frame)],
                 Some(n) => {
@@ -477,9 +491,9 @@ async fn play_one(
                 (None, false) => Ok(full(200, &BTreeMap::new(), echo_json(&text, &model, anthropic))),
             }
         }
-        Behaviour::Stream { latency_ms, events, reset_after, chunk_bytes } => {
+        Behaviour::Stream { latency_ms, events, reset_after, chunk_bytes, line_ending, bom } => {
             sleep(latency_ms).await;
-            Ok(sse_pieces(events, reset_after, chunk_bytes))
+            Ok(sse_pieces(events, reset_after, Framing { pieces: chunk_bytes, line_ending, bom }))
         }
         Behaviour::SlowDrip { text, chunk_ms } => {
             let mut events: Vec<SseEvent> = text.chars().map(|c| SseEvent::text(chunk_ms, &c.to_string())).collect();
