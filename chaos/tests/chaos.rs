@@ -140,15 +140,9 @@ async fn every_request_gets_one_well_formed_response_under_every_toxic() {
     let events: Vec<SseEvent> =
         (0..5).map(|i| SseEvent::text(20, &format!("w{i} "))).chain([SseEvent::done(0)]).collect();
     let script = || {
-        ScriptedUpstream::new().route("m", Script::always(Behaviour::Echo { latency_ms: 0, chunk_ms: 10 })).route(
-            "s",
-            Script::always(Behaviour::Stream {
-                latency_ms: 0,
-                events: events.clone(),
-                reset_after: false,
-                chunk_bytes: None,
-            }),
-        )
+        ScriptedUpstream::new()
+            .route("m", Script::always(Behaviour::Echo { latency_ms: 0, chunk_ms: 10 }))
+            .route("s", Script::always(Behaviour::stream(events.clone(), false)))
     };
     let (a_addr, _) = upstream(script()).await;
     let (b_addr, _) = upstream(script()).await;

@@ -52,10 +52,7 @@ async fn five_hundred_streams_do_not_grow_the_heap() {
     // /v1/messages and answers with Anthropic events).
     let up = Arc::new(
         ScriptedUpstream::new()
-            .route(
-                "m",
-                Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false, chunk_bytes: None }),
-            )
+            .route("m", Script::always(Behaviour::stream(events, false)))
             .route("*", Script::always(Behaviour::echo())),
     );
     tokio::spawn(serve_upstream(listener, up));

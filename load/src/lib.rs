@@ -126,16 +126,8 @@ pub fn bench_upstream() -> ScriptedUpstream {
     let anthropic = SseEvent::anthropic_text_stream("as", &tokens, 0);
     ScriptedUpstream::new()
         .route("m", Script::always(Behaviour::echo()))
-        .route("s", Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false, chunk_bytes: None }))
-        .route(
-            "as",
-            Script::always(Behaviour::Stream {
-                latency_ms: 0,
-                events: anthropic,
-                reset_after: false,
-                chunk_bytes: None,
-            }),
-        )
+        .route("s", Script::always(Behaviour::stream(events, false)))
+        .route("as", Script::always(Behaviour::stream(anthropic, false)))
 }
 
 /// The model a benchmark target asks for: `prefix` names the provider (`""` straight to the

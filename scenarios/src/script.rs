@@ -249,6 +249,19 @@ impl Behaviour {
         Behaviour::Respond { status, headers: BTreeMap::new(), body: body.to_owned(), pad_to: None, latency_ms: 0 }
     }
 
+    /// A stream of `events`, written as they come with LF line endings (`reset_after`: break
+    /// the connection after them).
+    pub fn stream(events: Vec<SseEvent>, reset_after: bool) -> Self {
+        Behaviour::Stream {
+            latency_ms: 0,
+            events,
+            reset_after,
+            chunk_bytes: None,
+            line_ending: LineEnding::Lf,
+            bom: false,
+        }
+    }
+
     /// The same with headers.
     pub fn status_with(status: u16, headers: &[(&str, &str)], body: &str) -> Self {
         Behaviour::Respond {

@@ -319,12 +319,7 @@ async fn upstream_errors_reach_each_client_in_its_own_shape_with_status_and_retr
         &[("retry-after", "9")],
         r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#,
     );
-    let broken = Behaviour::Stream {
-        latency_ms: 0,
-        events: vec![SseEvent::text(0, "par")],
-        reset_after: true,
-        chunk_bytes: None,
-    };
+    let broken = Behaviour::stream(vec![SseEvent::text(0, "par")], true);
     let up = upstream(
         ScriptedUpstream::new()
             .route("limited", Script::always(rate_limited_ant))
@@ -379,24 +374,8 @@ async fn the_watchdog_aborts_a_slow_translated_stream_in_the_clients_format() {
         .collect();
     let up = upstream(
         ScriptedUpstream::new()
-            .route(
-                "ant-slow",
-                Script::always(Behaviour::Stream {
-                    latency_ms: 0,
-                    events: anthropic_slow,
-                    reset_after: false,
-                    chunk_bytes: None,
-                }),
-            )
-            .route(
-                "chat-slow",
-                Script::always(Behaviour::Stream {
-                    latency_ms: 0,
-                    events: chat_slow,
-                    reset_after: false,
-                    chunk_bytes: None,
-                }),
-            ),
+            .route("ant-slow", Script::always(Behaviour::stream(anthropic_slow, false)))
+            .route("chat-slow", Script::always(Behaviour::stream(chat_slow, false))),
     )
     .await;
     let text = format!(

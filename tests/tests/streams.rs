@@ -32,15 +32,7 @@ async fn a_slow_stream_is_aborted_by_the_watchdog_with_an_sse_error() {
         .collect();
     let up = upstream(
         ScriptedUpstream::new()
-            .route(
-                "slow",
-                Script::always(Behaviour::Stream {
-                    latency_ms: 0,
-                    events: heartbeats,
-                    reset_after: false,
-                    chunk_bytes: None,
-                }),
-            )
+            .route("slow", Script::always(Behaviour::stream(heartbeats, false)))
             .route("fine", Script::always(Behaviour::Echo { latency_ms: 0, chunk_ms: 10 })),
     )
     .await;
@@ -68,11 +60,7 @@ async fn a_slow_stream_is_aborted_by_the_watchdog_with_an_sse_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_dying_mid_stream_ends_the_client_stream_with_an_error_event() {
     let events = vec![SseEvent::text(0, "partial "), SseEvent::text(50, "output")];
-    let up = upstream(ScriptedUpstream::new().route(
-        "dies",
-        Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: true, chunk_bytes: None }),
-    ))
-    .await;
+    let up = upstream(ScriptedUpstream::new().route("dies", Script::always(Behaviour::stream(events, true)))).await;
     let gw = start(config(WATCHDOG, &up), Persistence::Memory).await;
     let r = chat(&gw, "up/dies", true).await;
     let data = sse_data(&r.body);
@@ -85,11 +73,7 @@ async fn an_upstream_dying_mid_stream_ends_the_client_stream_with_an_error_event
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_disconnect_is_not_an_upstream_failure_and_finalises_once() {
     let events: Vec<SseEvent> = (0..50).map(|i| SseEvent::text(40, &format!("w{i} "))).collect();
-    let up = upstream(ScriptedUpstream::new().route(
-        "slow",
-        Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false, chunk_bytes: None }),
-    ))
-    .await;
+    let up = upstream(ScriptedUpstream::new().route("slow", Script::always(Behaviour::stream(events, false)))).await;
     let text = WATCHDOG.replace("enabled = true", "enabled = false");
     let gw = start(config(&text, &up), Persistence::Memory).await;
     // Read two chunks, then hang up.
@@ -128,11 +112,7 @@ async fn a_client_disconnect_is_not_an_upstream_failure_and_finalises_once() {
 async fn graceful_shutdown_lets_an_in_flight_stream_finish() {
     let events: Vec<SseEvent> =
         (0..10).map(|i| SseEvent::text(50, &format!("w{i} "))).chain(std::iter::once(SseEvent::done(0))).collect();
-    let up = upstream(ScriptedUpstream::new().route(
-        "m",
-        Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false, chunk_bytes: None }),
-    ))
-    .await;
+    let up = upstream(ScriptedUpstream::new().route("m", Script::always(Behaviour::stream(events, false)))).await;
     let mut gw = start(config(ONE_PROVIDER, &up), Persistence::Memory).await;
     let url = gw.url("/v1/chat/completions");
     let inflight = tokio::spawn(async move {
@@ -160,11 +140,7 @@ async fn graceful_shutdown_lets_an_in_flight_stream_finish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_goes_silent_ends_after_the_execution_budget() {
     let events = vec![SseEvent::text(0, "first "), SseEvent::text(5_000, "never arrives in time")];
-    let up = upstream(ScriptedUpstream::new().route(
-        "m",
-        Script::always(Behaviour::Stream { latency_ms: 0, events, reset_after: false, chunk_bytes: None }),
-    ))
-    .await;
+    let up = upstream(ScriptedUpstream::new().route("m", Script::always(Behaviour::stream(events, false)))).await;
     let gw = start(
         config(&format!("{ONE_PROVIDER}\n[resilience.request_queue]\nexecution_max_wait_ms = 500\n"), &up),
         Persistence::Memory,
