@@ -130,6 +130,8 @@ pub struct LockoutEntry {
     pub model: String,
     /// Family or exact.
     pub scope: LockScope,
+    /// The quota family it locks (every model of it on this connection), when it locks one.
+    pub family: Option<String>,
     /// Why.
     pub reason: Reason,
     /// When it ends.
@@ -343,6 +345,8 @@ impl ModelLockouts {
                 connection: conn.clone(),
                 model: l.model.clone(),
                 scope: l.scope,
+                family: (l.scope == LockScope::QuotaFamily && !l.subject.eq_ignore_ascii_case(l.model.trim()))
+                    .then(|| l.subject.clone()),
                 reason: l.reason,
                 until: l.until,
                 failure_count: l.failure_count,

@@ -22,6 +22,7 @@ fn lockout_json(
         "provider": l.provider,
         "connection": l.connection,
         "model": l.model,
+        "quota_family": l.family,
         "reason": l.reason.as_str(),
         "expires_at": rfc3339(clock.wall_ms(l.until)),
         "remaining_ms": ms(l.until.saturating_duration_since(now)),

@@ -348,7 +348,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             class: p.class,
             connection: &c.id,
             model: &t.model,
-            family: None,
+            family: p.quota_family(&t.model),
             traits: Traits {
                 target: t.target_index,
                 weight: t.weight,

@@ -17,6 +17,10 @@ pub(crate) fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::
     let now = h.base + Duration::from_millis(t.saturating_sub(ms(h.e0)));
     let gw = h.gw();
     let mut problems = Vec::new();
+    // M6: the model's quota family, as the gateway names it to the core.
+    let family = e.provider.as_deref().zip(e.model.as_deref()).and_then(|(p, m)| {
+        gw.config.providers.iter().find(|x| x.id == p).and_then(|x| x.quota_family(m)).map(str::to_owned)
+    });
     gw.with_engine(|eng| {
         if let (Some(p), Some(want)) = (&e.provider, &e.breaker) {
             let got = eng.breaker_state(now, p);
@@ -72,13 +76,17 @@ pub(crate) fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::
                 }
             }
             if let (Some(p), Some(m), Some(want)) = (&e.provider, &e.model, e.locked) {
-                let got = eng.lockouts().remaining(now, p, c, m, None).is_some();
+                let got = eng.lockouts().remaining(now, p, c, m, family.as_deref()).is_some();
                 if got != want {
                     problems.push(format!("model {p}/{m} on {c} locked={got} (expected {want})"));
                 }
                 // What an operator sees (health's and the admin API's listing) is what routing reads.
-                let listed =
-                    eng.lockouts().list(now).iter().any(|l| l.provider == *p && l.connection == *c && l.model == *m);
+                // A quota family's lock is listed under the model that failed and covers the others.
+                let listed = eng.lockouts().list(now).iter().any(|l| {
+                    l.provider == *p
+                        && l.connection == *c
+                        && (l.model == *m || (l.family.is_some() && l.family == family))
+                });
                 if listed != want {
                     problems
                         .push(format!("model {p}/{m} on {c} listed={listed} in the lockout listing (expected {want})"));

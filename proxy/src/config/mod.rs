@@ -6,7 +6,7 @@ use ferroute_core::settings::{ConfigError as CoreConfigError, FieldError, Resili
 use ferroute_core::strategy::Strategy;
 use ferroute_core::types::ProviderClass;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -145,6 +145,11 @@ pub struct ProviderConfig {
     /// connection cools every sibling connection that leaves from the same egress IP.
     #[serde(default)]
     pub egress_ip_lock: bool,
+    /// M6: models that draw on one quota, by family name (`codex = ["gpt-5.6-luna",
+    /// "gpt-5.6-sol"]`): a quota or permission failure (429, 403, 402) of one model locks every
+    /// model of its family on that connection. A model in no family is its own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub quota_families: BTreeMap<String, Vec<String>>,
 }
 
 impl ProviderConfig {
@@ -166,6 +171,16 @@ impl ProviderConfig {
     /// The rule profile.
     pub fn profile(&self) -> &str {
         self.profile.as_deref().unwrap_or(&self.id)
+    }
+
+    /// The quota family `model` belongs to, if one names it (model names compare without
+    /// regard to ASCII case).
+    pub fn quota_family(&self, model: &str) -> Option<&str> {
+        let model = model.trim();
+        self.quota_families
+            .iter()
+            .find(|(_, models)| models.iter().any(|m| m.trim().eq_ignore_ascii_case(model)))
+            .map(|(family, _)| family.as_str())
     }
 }
 
@@ -456,6 +471,26 @@ impl Config {
             if p.start_timeout_ms == Some(0) {
                 errors.push(err(f("start_timeout_ms"), "must be positive when set"));
             }
+            let mut in_family: BTreeMap<String, &str> = BTreeMap::new();
+            for (family, models) in &p.quota_families {
+                let at = f(&format!("quota_families.{family}"));
+                if family.trim().is_empty() {
+                    errors.push(err(at.clone(), "a family needs a name"));
+                }
+                if models.is_empty() {
+                    errors.push(err(at.clone(), "a family needs at least one model"));
+                }
+                for m in models {
+                    match in_family.insert(m.trim().to_ascii_lowercase(), family) {
+                        Some(other) if other != family => {
+                            errors.push(err(at.clone(), format!("model {m:?} is already in quota family {other:?}")))
+                        }
+                        Some(_) => errors.push(err(at.clone(), format!("model {m:?} is listed twice"))),
+                        None if m.trim().is_empty() => errors.push(err(at.clone(), "a model name must not be empty")),
+                        None => {}
+                    }
+                }
+            }
         }
         let mut conns = BTreeSet::new();
         for (i, c) in self.connections.iter().enumerate() {
@@ -560,6 +595,7 @@ fn add_demo(raw: &mut RawConfig) {
         start_timeout_ms: None,
         connection_strategy: None,
         egress_ip_lock: false,
+        quota_families: BTreeMap::new(),
     };
     let connection = |id: &str, provider: &str| ConnectionConfig {
         id: id.into(),

@@ -299,3 +299,34 @@ fn the_state_backend_defaults_to_sqlite_and_redis_needs_a_url() {
         ["state.url"]
     );
 }
+
+#[test]
+fn quota_families_name_their_models_and_a_model_belongs_to_one() {
+    let text = r#"
+[[providers]]
+id = "codex"
+base_url = "http://codex.invalid/v1"
+models = ["gpt-5.6-luna", "gpt-5.6-sol", "gpt-5.6-terra", "spark-1"]
+quota_families = { codex = ["gpt-5.6-luna", "GPT-5.6-Sol", "gpt-5.6-terra"], spark = ["spark-1"] }
+"#;
+    let c = parse(text).expect("valid");
+    let p = &c.providers[0];
+    assert_eq!(p.quota_family("gpt-5.6-sol"), Some("codex"), "names compare without ASCII case");
+    assert_eq!(p.quota_family(" gpt-5.6-luna "), Some("codex"));
+    assert_eq!(p.quota_family("spark-1"), Some("spark"));
+    assert_eq!(p.quota_family("other"), None, "a model in no family is its own");
+
+    let twice = text.replace("spark = [\"spark-1\"]", "spark = [\"spark-1\", \"gpt-5.6-LUNA\"], empty = []");
+    let err = parse(&twice).expect_err("a model in two families, and an empty family");
+    let named: Vec<String> = err.0.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+    assert!(
+        named
+            .iter()
+            .any(|e| e.starts_with("providers[0].quota_families.spark") && e.contains("already in quota family")),
+        "{named:?}"
+    );
+    assert!(
+        named.iter().any(|e| e.starts_with("providers[0].quota_families.empty") && e.contains("at least one")),
+        "{named:?}"
+    );
+}
