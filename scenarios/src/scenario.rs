@@ -345,6 +345,9 @@ pub struct StateExpect {
     /// The breaker's failure count, as health's `failures` shows it.
     #[serde(default)]
     pub failures: Option<u32>,
+    /// How many probes the breaker has admitted and not yet seen end.
+    #[serde(default)]
+    pub probes_in_flight: Option<u32>,
     /// This connection's…
     #[serde(default)]
     pub connection: Option<String>,

@@ -28,6 +28,12 @@ pub(crate) fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::
                 problems.push(format!("breaker of {p} is {} (expected {want})", got.as_str()));
             }
         }
+        if let (Some(p), Some(want)) = (&e.provider, e.probes_in_flight) {
+            let got = eng.breakers().get(p).map_or(0, |b| b.probes_in_flight());
+            if got != want {
+                problems.push(format!("breaker of {p} holds {got} probe slots (expected {want})"));
+            }
+        }
         if let (Some(p), Some(want)) = (&e.provider, e.failures) {
             let got = eng.breakers().get(p).map_or(0, |b| b.failure_count());
             if got != want {
@@ -126,6 +132,7 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
     let mut leaks: Vec<String> = Vec::new();
     if let Some(h) = &s.gateway {
         let gw = &h.gw();
+        let now = h.base + Duration::from_millis(t.saturating_sub(ms(h.e0)));
         let busy: Vec<String> = gw
             .queue_depths()
             .into_iter()
@@ -135,7 +142,7 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
         if !busy.is_empty() {
             leaks.push(format!("permits not returned at the end: {}", busy.join(", ")));
         }
-        let held: Vec<String> = gw.with_engine(|e| {
+        let (held, long): (Vec<String>, Vec<String>) = gw.with_engine(|e| {
             let conns = gw.config.connections.iter().filter_map(|c| {
                 let n = e.in_flight(&c.id);
                 (n > 0).then(|| format!("{} has {n} attempts in flight", c.id))
@@ -144,8 +151,15 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
                 let n = e.breakers().get(&p.id).map_or(0, |b| b.probes_in_flight());
                 (n > 0).then(|| format!("{} holds {n} probe slots", p.id))
             });
-            conns.chain(probes).collect()
+            // What is kept (and persisted) of an upstream's error is bounded, however long its
+            // body was.
+            let long = e.connections().filter_map(|(id, c)| {
+                let n = c.snapshot(now).last_error.map_or(0, |m| m.chars().count());
+                (n > 500).then(|| format!("connection {id} keeps a {n}-character error message (at most 500)"))
+            });
+            (conns.chain(probes).collect(), long.collect())
         });
+        leaks.extend(long);
         if !held.is_empty() {
             leaks.push(format!("attempts never recorded: {}", held.join(", ")));
         }
