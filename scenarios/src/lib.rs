@@ -12,6 +12,7 @@ mod in_flight;
 pub mod net;
 pub mod scenario;
 pub mod script;
+mod sse_out;
 pub mod store;
 pub mod toxic;
 pub mod upstream;

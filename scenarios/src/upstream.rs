@@ -1,11 +1,12 @@
 //! The scripted upstream: a hyper service that plays a [`Script`] per model.
 
 use crate::net::Listener;
-use crate::script::{Behaviour, LineEnding, Script, SseEvent};
+use crate::script::{Behaviour, Script, SseEvent};
+use crate::sse_out::{Framing, sse_pieces, sse_response};
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, channel::Channel};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -180,69 +181,6 @@ fn full(status: u16, headers: &BTreeMap<String, String>, body: String) -> Respon
             h.insert(k, v);
         }
     }
-    resp
-}
-
-fn sse_response(events: Vec<SseEvent>, reset_after: bool) -> Response<UpBody> {
-    sse_pieces(events, reset_after, Framing::default())
-}
-
-/// The stream as written: whole events, or (`pieces`) runs of that many bytes, the tail of an
-/// event waiting for the next event's start.
-/// How a scripted stream is written: in pieces of how many bytes, with which line ending,
-/// and whether a byte order mark comes first.
-#[derive(Debug, Clone, Copy, Default)]
-struct Framing {
-    pieces: Option<usize>,
-    line_ending: LineEnding,
-    bom: bool,
-}
-
-fn sse_pieces(events: Vec<SseEvent>, reset_after: bool, framing: Framing) -> Response<UpBody> {
-    let (mut tx, body) = Channel::<Bytes, io::Error>::new(4);
-    let Framing { pieces, line_ending, bom } = framing;
-    let eol = line_ending.as_str();
-    tokio::spawn(async move {
-        let mut carry: Vec<u8> = Vec::new();
-        for (i, e) in events.into_iter().enumerate() {
-            if e.after_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(e.after_ms)).await;
-            }
-            let mut frame = String::new();
-            if bom && i == 0 {
-                frame.push('\u{feff}');
-            }
-            if let Some(name) = &e.event {
-                frame.push_str(&format!("event: {name}{eol}"));
-            }
-            frame.push_str(&format!("data: {}{eol}{eol}", e.payload()));
-            let out: Vec<Bytes> = match pieces {
-                None => vec![Bytes::from(frame)],
-                Some(n) => {
-                    carry.extend_from_slice(frame.as_bytes());
-                    let n = n.max(1);
-                    let whole = carry.len() / n * n;
-                    let ready: Vec<u8> = carry.drain(..whole).collect();
-                    ready.chunks(n).map(Bytes::copy_from_slice).collect()
-                }
-            };
-            for b in out {
-                if tx.send_data(b).await.is_err() {
-                    return; // the client went away
-                }
-            }
-        }
-        if !carry.is_empty() && tx.send_data(Bytes::from(carry)).await.is_err() {
-            return;
-        }
-        if reset_after {
-            tx.abort(io::Error::new(io::ErrorKind::ConnectionReset, "scripted reset mid-stream"));
-        }
-    });
-    let mut resp = Response::new(body.boxed());
-    let h = resp.headers_mut();
-    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     resp
 }
 

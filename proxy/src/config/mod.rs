@@ -3,10 +3,9 @@
 
 use ferroute_core::admission::QueueOverride;
 use ferroute_core::settings::{ConfigError as CoreConfigError, FieldError, ResilienceSettings};
-use ferroute_core::strategy::Strategy;
 use ferroute_core::types::ProviderClass;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -100,87 +99,6 @@ impl KeyConfig {
     /// `allowed_connections` (leases need an explicit list).
     pub fn may_lease_connection(&self, connection: &str) -> bool {
         self.may_lease() && self.allowed_connections.iter().any(|c| c == connection)
-    }
-}
-
-/// The wire format a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Format {
-    /// OpenAI Chat Completions.
-    Openai,
-    /// Anthropic Messages.
-    Anthropic,
-}
-
-/// `[[providers]]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderConfig {
-    /// Id, the prefix of `provider/model`.
-    pub id: String,
-    /// Wire format.
-    #[serde(default = "default_format")]
-    pub format: Format,
-    /// Base URL (`…/v1`).
-    pub base_url: String,
-    /// Class: selects breaker and cooldown defaults.
-    #[serde(default = "default_class")]
-    pub class: ProviderClass,
-    /// Models it serves.
-    #[serde(default)]
-    pub models: Vec<String>,
-    /// The error-rule profile (defaults to the id), e.g. `agentrouter` for a gateway that
-    /// misreports quota errors as 403.
-    #[serde(default)]
-    pub profile: Option<String>,
-    /// Time allowed until response headers; none by default (the execution budget applies).
-    #[serde(default)]
-    pub start_timeout_ms: Option<u64>,
-    /// How to choose among this provider's connections: priority (config order, the
-    /// default), weighted, fill-first, round-robin, p2c, random, least-used, strict-random.
-    #[serde(default)]
-    pub connection_strategy: Option<String>,
-    /// M13: the free tier is bucketed by source IP, so a quota or rate-limit 429 on one
-    /// connection cools every sibling connection that leaves from the same egress IP.
-    #[serde(default)]
-    pub egress_ip_lock: bool,
-    /// M6: models that draw on one quota, by family name (`codex = ["gpt-5.6-luna",
-    /// "gpt-5.6-sol"]`): a quota or permission failure (429, 403, 402) of one model locks every
-    /// model of its family on that connection. A model in no family is its own.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub quota_families: BTreeMap<String, Vec<String>>,
-}
-
-impl ProviderConfig {
-    /// The parsed `connection_strategy` (priority when absent; validation rejects others).
-    pub fn connection_strategy(&self) -> Strategy {
-        self.connection_strategy.as_deref().and_then(Strategy::parse).unwrap_or_default()
-    }
-}
-
-fn default_format() -> Format {
-    Format::Openai
-}
-
-fn default_class() -> ProviderClass {
-    ProviderClass::ApiKey
-}
-
-impl ProviderConfig {
-    /// The rule profile.
-    pub fn profile(&self) -> &str {
-        self.profile.as_deref().unwrap_or(&self.id)
-    }
-
-    /// The quota family `model` belongs to, if one names it (model names compare without
-    /// regard to ASCII case).
-    pub fn quota_family(&self, model: &str) -> Option<&str> {
-        let model = model.trim();
-        self.quota_families
-            .iter()
-            .find(|(_, models)| models.iter().any(|m| m.trim().eq_ignore_ascii_case(model)))
-            .map(|(family, _)| family.as_str())
     }
 }
 
@@ -289,20 +207,6 @@ pub struct Config {
     pub demo: bool,
 }
 
-/// Ids of the built-in demo.
-pub mod demo {
-    /// The echo provider.
-    pub const PROVIDER: &str = "demo";
-    /// The flaky provider.
-    pub const FLAKY_PROVIDER: &str = "demo-flaky";
-    /// The same echo behind an Anthropic-format provider (requests are translated).
-    pub const CLAUDE_PROVIDER: &str = "demo-claude";
-    /// The combo clients ask for as `demo/flaky`.
-    pub const FLAKY_COMBO: &str = "demo/flaky";
-    /// Placeholder base URL, replaced with the demo upstream's address at start.
-    pub const BASE_URL: &str = "http://demo.invalid/v1";
-}
-
 impl Config {
     /// Parses and validates a config file's text. `env` looks up variables (for `env:NAME`
     /// secrets and `FERROUTE_…` settings overrides).
@@ -350,7 +254,7 @@ impl Config {
         });
         let demo = raw.providers.is_empty();
         if demo {
-            add_demo(&mut raw);
+            demo::add(&mut raw);
         }
         let mut resolve = |field: String, value: &str| -> Option<String> {
             match value.strip_prefix("env:") {
@@ -443,55 +347,7 @@ impl Config {
                 }
             }
         }
-        let mut providers = BTreeSet::new();
-        for (i, p) in self.providers.iter().enumerate() {
-            let f = |x: &str| format!("providers[{i}].{x}");
-            if p.id.trim().is_empty() || p.id.contains('/') {
-                errors.push(err(f("id"), "must be non-empty and contain no '/'"));
-            }
-            if !providers.insert(p.id.clone()) {
-                errors.push(err(f("id"), format!("duplicate provider id {:?}", p.id)));
-            }
-            match p.base_url.parse::<http::Uri>() {
-                Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {}
-                _ => errors.push(err(f("base_url"), format!("{:?} is not an http(s) URL", p.base_url))),
-            }
-            if let Some(cs) = &p.connection_strategy {
-                match Strategy::parse(cs) {
-                    Some(s) if s.for_connections() => {}
-                    _ => errors.push(err(
-                        f("connection_strategy"),
-                        format!(
-                            "{cs:?} is not a connection strategy ({})",
-                            Strategy::FOR_CONNECTIONS.map(|s| s.as_str()).join(", ")
-                        ),
-                    )),
-                }
-            }
-            if p.start_timeout_ms == Some(0) {
-                errors.push(err(f("start_timeout_ms"), "must be positive when set"));
-            }
-            let mut in_family: BTreeMap<String, &str> = BTreeMap::new();
-            for (family, models) in &p.quota_families {
-                let at = f(&format!("quota_families.{family}"));
-                if family.trim().is_empty() {
-                    errors.push(err(at.clone(), "a family needs a name"));
-                }
-                if models.is_empty() {
-                    errors.push(err(at.clone(), "a family needs at least one model"));
-                }
-                for m in models {
-                    match in_family.insert(m.trim().to_ascii_lowercase(), family) {
-                        Some(other) if other != family => {
-                            errors.push(err(at.clone(), format!("model {m:?} is already in quota family {other:?}")))
-                        }
-                        Some(_) => errors.push(err(at.clone(), format!("model {m:?} is listed twice"))),
-                        None if m.trim().is_empty() => errors.push(err(at.clone(), "a model name must not be empty")),
-                        None => {}
-                    }
-                }
-            }
-        }
+        provider::validate(&self.providers, errors);
         let mut conns = BTreeSet::new();
         for (i, c) in self.connections.iter().enumerate() {
             let f = |x: &str| format!("connections[{i}].{x}");
@@ -584,47 +440,12 @@ fn core_errors(e: CoreConfigError, prefix: &str) -> Vec<FieldError> {
     }
 }
 
-fn add_demo(raw: &mut RawConfig) {
-    let provider = |id: &str, format: Format, models: &[&str]| ProviderConfig {
-        id: id.into(),
-        format,
-        base_url: demo::BASE_URL.into(),
-        class: ProviderClass::Local,
-        models: models.iter().map(|m| (*m).to_owned()).collect(),
-        profile: None,
-        start_timeout_ms: None,
-        connection_strategy: None,
-        egress_ip_lock: false,
-        quota_families: BTreeMap::new(),
-    };
-    let connection = |id: &str, provider: &str| ConnectionConfig {
-        id: id.into(),
-        provider: provider.into(),
-        api_key: None,
-        max_concurrent: None,
-        disable_cooling: false,
-        request_queue: None,
-        weight: None,
-        egress_ip: None,
-        usage_limit: None,
-    };
-    raw.providers.push(provider(demo::PROVIDER, Format::Openai, &["echo", "tools"]));
-    raw.providers.push(provider(demo::FLAKY_PROVIDER, Format::Openai, &["flaky"]));
-    raw.providers.push(provider(demo::CLAUDE_PROVIDER, Format::Anthropic, &["echo", "tools"]));
-    raw.connections.push(connection("demo-1", demo::PROVIDER));
-    raw.connections.push(connection("demo-flaky-1", demo::FLAKY_PROVIDER));
-    raw.connections.push(connection("demo-claude-1", demo::CLAUDE_PROVIDER));
-    raw.combos.push(RawCombo {
-        name: demo::FLAKY_COMBO.into(),
-        strategy: "priority".into(),
-        targets: vec![toml::Value::String(format!("{}/flaky", demo::FLAKY_PROVIDER))],
-        judge: None,
-    });
-}
-
 mod combos;
+pub mod demo;
+mod provider;
 mod state;
 
+pub use provider::{Format, ProviderConfig};
 pub use state::{Backend, StateConfig};
 
 pub use combos::{ComboConfig, ComboTarget, EmergencyConfig, MAX_COMBO_DEPTH, MULTI_CALL};

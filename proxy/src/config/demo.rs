@@ -1,0 +1,56 @@
+//! Ids of the built-in demo, and the demo itself: what the gateway serves when no provider is
+//! configured (no keys needed to see it work).
+
+use super::{ConnectionConfig, Format, ProviderConfig, RawCombo, RawConfig};
+use ferroute_core::types::ProviderClass;
+use std::collections::BTreeMap;
+
+/// The echo provider.
+pub const PROVIDER: &str = "demo";
+/// The flaky provider.
+pub const FLAKY_PROVIDER: &str = "demo-flaky";
+/// The same echo behind an Anthropic-format provider (requests are translated).
+pub const CLAUDE_PROVIDER: &str = "demo-claude";
+/// The combo clients ask for as `demo/flaky`.
+pub const FLAKY_COMBO: &str = "demo/flaky";
+/// Placeholder base URL, replaced with the demo upstream's address at start.
+pub const BASE_URL: &str = "http://demo.invalid/v1";
+
+/// Adds the demo providers, their connections and the flaky combo (no provider configured).
+pub(super) fn add(raw: &mut RawConfig) {
+    let provider = |id: &str, format: Format, models: &[&str]| ProviderConfig {
+        id: id.into(),
+        format,
+        base_url: BASE_URL.into(),
+        class: ProviderClass::Local,
+        models: models.iter().map(|m| (*m).to_owned()).collect(),
+        profile: None,
+        start_timeout_ms: None,
+        connection_strategy: None,
+        egress_ip_lock: false,
+        quota_families: BTreeMap::new(),
+    };
+    let connection = |id: &str, provider: &str| ConnectionConfig {
+        id: id.into(),
+        provider: provider.into(),
+        api_key: None,
+        max_concurrent: None,
+        disable_cooling: false,
+        request_queue: None,
+        weight: None,
+        egress_ip: None,
+        usage_limit: None,
+    };
+    raw.providers.push(provider(PROVIDER, Format::Openai, &["echo", "tools"]));
+    raw.providers.push(provider(FLAKY_PROVIDER, Format::Openai, &["flaky"]));
+    raw.providers.push(provider(CLAUDE_PROVIDER, Format::Anthropic, &["echo", "tools"]));
+    raw.connections.push(connection("demo-1", PROVIDER));
+    raw.connections.push(connection("demo-flaky-1", FLAKY_PROVIDER));
+    raw.connections.push(connection("demo-claude-1", CLAUDE_PROVIDER));
+    raw.combos.push(RawCombo {
+        name: FLAKY_COMBO.into(),
+        strategy: "priority".into(),
+        targets: vec![toml::Value::String(format!("{}/flaky", FLAKY_PROVIDER))],
+        judge: None,
+    });
+}
