@@ -18,6 +18,8 @@ pub const REQUEST_REJECTED_COOLDOWNS: [Duration; 2] = [Duration::from_secs(300),
 pub const EXPIRED_RETRY_MAX: u32 = 3;
 /// First retry delay for expired credentials (then doubled: 5, 10, 20 min).
 pub const EXPIRED_RETRY_BASE: Duration = Duration::from_secs(300);
+/// The most of an upstream's error message a connection keeps (and persists), in characters.
+pub const MAX_ERROR_CHARS: usize = 500;
 
 /// Whether a connection can take a request now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -348,11 +350,12 @@ impl ConnectionState {
         // Reuse the stored message's buffer: failures are the hot path under an outage.
         let mut buf = self.last_error.take().unwrap_or_default();
         buf.clear();
-        // At most 500 characters; a message of at most 500 bytes needs no counting.
-        let end = if message.len() <= 500 {
+        // At most MAX_ERROR_CHARS characters; a message of at most that many bytes needs no
+        // counting.
+        let end = if message.len() <= MAX_ERROR_CHARS {
             message.len()
         } else {
-            message.char_indices().nth(500).map_or(message.len(), |(i, _)| i)
+            message.char_indices().nth(MAX_ERROR_CHARS).map_or(message.len(), |(i, _)| i)
         };
         buf.push_str(&message[..end]);
         self.last_error = Some(buf);

@@ -4,6 +4,7 @@
 
 use crate::check::Outcome;
 use crate::world::{Shared, lock, ms};
+use ferroute_core::connection::MAX_ERROR_CHARS;
 use scenarios::scenario::Scenario;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -154,8 +155,8 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
             // What is kept (and persisted) of an upstream's error is bounded, however long its
             // body was.
             let long = e.connections().filter_map(|(id, c)| {
-                let n = c.snapshot(now).last_error.map_or(0, |m| m.chars().count());
-                (n > 500).then(|| format!("connection {id} keeps a {n}-character error message (at most 500)"))
+                let (n, max) = (c.snapshot(now).last_error.map_or(0, |m| m.chars().count()), MAX_ERROR_CHARS);
+                (n > max).then(|| format!("connection {id} keeps a {n}-character error message (at most {max})"))
             });
             (conns.chain(probes).collect(), long.collect())
         });
