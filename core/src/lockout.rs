@@ -7,7 +7,7 @@
 
 use crate::settings::ModelLockoutSettings;
 use crate::types::{Reason, Scope, scaled};
-use rustc_hash::FxHashMap;
+use rustc_hash::FxBuildHasher;
 use std::time::{Duration, Instant};
 
 /// Typed lockout settings.
@@ -147,7 +147,7 @@ pub const EVICTION_CAP: usize = 1000;
 /// allocates.
 #[derive(Debug, Clone, Default)]
 pub struct ModelLockouts {
-    locks: FxHashMap<String, Vec<Lock>>,
+    locks: hashbrown::HashMap<String, Vec<Lock>, FxBuildHasher>,
     /// No lock ends later than this (a bound, not lowered when locks go): once it has passed,
     /// nothing is locked and a lookup needs no search.
     ends_by: Option<Instant>,
@@ -167,10 +167,7 @@ impl ModelLockouts {
             (LockScope::QuotaFamily, Some(f)) if req.status != 404 => f.trim(),
             _ => req.model.trim(),
         };
-        if !self.locks.contains_key(req.connection) {
-            self.locks.insert(req.connection.to_owned(), Vec::new());
-        }
-        let Some(bucket) = self.locks.get_mut(req.connection) else { return Duration::ZERO };
+        let bucket = self.locks.entry_ref(req.connection).or_default();
         let pos = bucket.iter().position(|l| l.is(req.provider, subject, scope));
         let prev = pos.map(|i| &bucket[i]);
         let within = prev.is_some_and(|p| {
@@ -190,9 +187,7 @@ impl ModelLockouts {
             Some(existing) if existing.until > until => {
                 existing.failure_count = existing.failure_count.max(failure_count);
                 existing.last_failure_at = now;
-                let left = existing.until - now;
-                self.evict(now);
-                return left;
+                return existing.until - now;
             }
             // The same provider, subject and scope: renewed in place.
             Some(existing) => {
@@ -205,6 +200,7 @@ impl ModelLockouts {
                     existing.model = req.model.to_owned();
                 }
             }
+            // Only a new lock adds to the count: eviction is checked then.
             None => bucket.push(Lock {
                 provider: req.provider.to_owned(),
                 subject: subject.to_lowercase(),
@@ -218,7 +214,9 @@ impl ModelLockouts {
             }),
         }
         self.ends_by = self.ends_by.max(Some(until));
-        self.evict(now);
+        if pos.is_none() {
+            self.evict(now);
+        }
         cooldown
     }
 
@@ -247,6 +245,7 @@ impl ModelLockouts {
                     l.last_cooldown = until - now;
                 }
             }
+            // Only a new lock adds to the count: eviction is checked then.
             None => bucket.push(Lock {
                 provider: provider.to_owned(),
                 subject: model.trim().to_lowercase(),

@@ -6,6 +6,7 @@
 //! connection); account-level failures cool or terminate the connection and never count toward
 //! the breaker.
 
+mod scanner;
 #[cfg(test)]
 mod tests;
 mod text;
@@ -148,9 +149,14 @@ pub fn classify_transport() -> Decision {
     }
 }
 
+/// `text` lower-cased: ASCII bodies (nearly all) byte by byte, others by Unicode's rules.
+fn lower_case(text: &str) -> String {
+    if text.is_ascii() { text.to_ascii_lowercase() } else { text.to_lowercase() }
+}
+
 /// Classifies an upstream error response.
 pub fn classify(input: &ErrorInput<'_>, profile: &CooldownProfile, operator: &[OperatorErrorRule]) -> Decision {
-    let lower = input.body.to_lowercase();
+    let lower = lower_case(input.body);
     let upstream_hint = hint::detect(input.headers, input.body, input.wall_now_ms);
     let restated = restate(input.provider, input.status, &lower, upstream_hint.map(|h| h.wait));
     let status = restated.status;

@@ -4,9 +4,8 @@
 //! the lower-cased body; the predicates below then read positions, not text. One pass keeps a
 //! classification well under a microsecond even for bodies of a few kilobytes.
 
+use super::scanner::Scanner;
 use crate::types::Reason;
-use aho_corasick::Anchored;
-use aho_corasick::automaton::Automaton;
 use aho_corasick::dfa::DFA;
 use std::sync::LazyLock;
 
@@ -160,9 +159,15 @@ markers! {
 
 const N: usize = TEXTS.len();
 
-/// A DFA (standard match semantics, so a state reports every marker ending there): the
-/// fastest search, and the marker set is small enough for its memory.
-static AUTOMATON: LazyLock<Option<DFA>> = LazyLock::new(|| DFA::new(TEXTS).ok());
+/// Every marker's text (tests of the automaton).
+#[cfg(test)]
+pub(super) fn markers() -> &'static [&'static str] {
+    TEXTS
+}
+
+/// The marker automaton, built once.
+static SCANNER: LazyLock<Option<Scanner>> =
+    LazyLock::new(|| DFA::new(TEXTS).ok().and_then(|dfa| Scanner::new(TEXTS, &dfa)));
 
 /// Where each marker first starts and last starts in a body (`u32::MAX` = absent).
 #[derive(Clone)]
@@ -177,26 +182,13 @@ impl Signals {
     /// One pass over the lower-cased body.
     pub fn scan(lower: &str) -> Signals {
         let mut s = Signals { first_end: [ABSENT; N], last_start: [ABSENT; N] };
-        let Some(dfa) = AUTOMATON.as_ref() else { return s };
-        let Ok(mut state) = dfa.start_state(Anchored::No) else { return s };
-        // The DFA walked byte by byte: one table step per byte, and the markers ending at a
-        // byte read off its state (no per-match search restart).
-        for (at, &byte) in lower.as_bytes().iter().enumerate() {
-            state = dfa.next_state(Anchored::No, state, byte);
-            if !dfa.is_special(state) || !dfa.is_match(state) {
-                continue;
+        let Some(scanner) = SCANNER.as_ref() else { return s };
+        scanner.scan(lower.as_bytes(), |i, start, end| {
+            if s.first_end[i] == ABSENT {
+                s.first_end[i] = end as u32;
             }
-            let end = at + 1;
-            for k in 0..dfa.match_len(state) {
-                let pattern = dfa.match_pattern(state, k);
-                let i = pattern.as_usize();
-                let start = end - dfa.pattern_len(pattern);
-                if s.first_end[i] == ABSENT {
-                    s.first_end[i] = end as u32;
-                }
-                s.last_start[i] = start as u32;
-            }
-        }
+            s.last_start[i] = start as u32;
+        });
         s
     }
 
@@ -401,7 +393,7 @@ mod tests {
     fn marker_table_matches_the_enum() {
         assert_eq!(TEXTS[M::Frequency as usize], "频率");
         assert_eq!(TEXTS[M::AccountDeactivatedCode as usize], "account_deactivated");
-        assert!(AUTOMATON.is_some());
+        assert!(SCANNER.is_some());
         assert!(TEXTS.iter().all(|t| t.to_lowercase() == *t), "markers must be lower-case");
     }
 

@@ -17,7 +17,7 @@ use crate::types::{Reason, TerminalState};
 use crate::usage_limit::{LaneRequest, LaneView, Lanes, Options as LaneOptions, ResetOutcome, Seen, Step as LaneStep};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::{FxBuildHasher, FxHashSet};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +38,7 @@ pub struct Engine {
     settings: ResilienceSettings,
     derived: Derived,
     breakers: BreakerRegistry,
-    connections: FxHashMap<String, ConnectionState>,
+    connections: hashbrown::HashMap<String, ConnectionState, FxBuildHasher>,
     lockouts: ModelLockouts,
     tracker: ProviderCooldownTracker,
     memory: Memory,
@@ -65,7 +65,7 @@ impl Engine {
             derived: Derived::new(&settings),
             settings,
             breakers: BreakerRegistry::default(),
-            connections: FxHashMap::default(),
+            connections: hashbrown::HashMap::default(),
             lockouts: ModelLockouts::new(),
             tracker: ProviderCooldownTracker::new(),
             memory: Memory::default(),
@@ -228,12 +228,13 @@ impl Engine {
 
     /// Why a candidate is not eligible at `now`, if it is not. Reads only.
     pub fn exclusion(&self, now: Instant, c: &Candidate<'_>) -> Option<(ExclusionReason, Duration)> {
-        if let Some(b) = self.breakers.get(c.provider)
-            && !b.can_execute(now)
-        {
-            return Some((ExclusionReason::CircuitOpen, b.retry_after(now)));
-        }
-        self.account_exclusion(now, c)
+        self.breaker_exclusion(now, c.provider).or_else(|| self.account_exclusion(now, c))
+    }
+
+    /// Whether `provider`'s breaker refuses at `now`, and for how long.
+    fn breaker_exclusion(&self, now: Instant, provider: &str) -> Option<(ExclusionReason, Duration)> {
+        let b = self.breakers.get(provider)?;
+        (!b.can_execute(now)).then(|| (ExclusionReason::CircuitOpen, b.retry_after(now)))
     }
 
     /// Re-checks an admitted attempt just before it is sent (after waiting for a queue slot):
@@ -451,10 +452,8 @@ impl Engine {
     }
 
     fn connection_mut(&mut self, id: &str) -> &mut ConnectionState {
-        if !self.connections.contains_key(id) {
-            self.connections.insert(id.to_owned(), ConnectionState::default());
-        }
-        self.connections.get_mut(id).unwrap_or_else(|| unreachable!("inserted above"))
+        // One lookup; the id is copied only when the connection is new.
+        self.connections.entry_ref(id).or_default()
     }
 
     /// The breaker state of a provider at `now` (closed if never seen).

@@ -25,6 +25,9 @@ impl Engine {
         }
         let mut excluded = Vec::new();
         let mut eligible = Vec::with_capacity(candidates.len());
+        // A provider's breaker is looked up once for a run of its candidates (the keys of one
+        // provider are listed together); nothing changes it while candidates are checked.
+        let mut breaker: Option<(&str, Option<(ExclusionReason, Duration)>)> = None;
         for (i, c) in candidates.iter().enumerate() {
             if tried.was_tried(i) || tried.is_exhausted(c.connection) {
                 excluded.push(Exclusion { index: i, reason: ExclusionReason::Skipped, retry_after: Duration::ZERO });
@@ -37,7 +40,15 @@ impl Engine {
                 excluded.push(Exclusion { index: i, reason: ExclusionReason::ToolLimit, retry_after: Duration::ZERO });
                 continue;
             }
-            match self.exclusion(now, c) {
+            let shut = match breaker {
+                Some((provider, shut)) if std::ptr::eq(provider, c.provider) || provider == c.provider => shut,
+                _ => {
+                    let shut = self.breaker_exclusion(now, c.provider);
+                    breaker = Some((c.provider, shut));
+                    shut
+                }
+            };
+            match shut.or_else(|| self.account_exclusion(now, c)) {
                 Some((reason, retry_after)) => excluded.push(Exclusion { index: i, reason, retry_after }),
                 None => eligible.push(i),
             }
@@ -130,8 +141,18 @@ impl Engine {
         }
         let first = &candidates[members[0]];
         let strategy = first.traits.connection_strategy;
+        let gated = members.iter().any(|&m| candidates[m].traits.max_concurrent.is_some());
         // Cursors, decks and credit among a provider's keys are the provider's own, shared by
         // every combo and model that uses it.
+        if !gated && route.session.is_none() && matches!(strategy, Strategy::Priority | Strategy::RoundRobin) {
+            // Nothing reorders them afterwards: written straight to `out`.
+            let start = match strategy {
+                Strategy::RoundRobin => self.connection_memory.rotate(first.provider, members.len()),
+                _ => 0,
+            };
+            out.extend(members.iter().cycle().skip(start).take(members.len()));
+            return;
+        }
         let mut within: Vec<usize> = if strategy == Strategy::Priority {
             members.to_vec()
         } else if strategy == Strategy::RoundRobin {
@@ -164,7 +185,7 @@ impl Engine {
                 .collect()
         };
         // M7: a connection at its max_concurrent goes behind those with room (stable).
-        if members.iter().any(|&m| candidates[m].traits.max_concurrent.is_some()) {
+        if gated {
             within.sort_by_key(|&m| {
                 let c = &candidates[m];
                 c.traits.max_concurrent.is_some_and(|max| self.in_flight(c.connection) >= max)

@@ -1,0 +1,142 @@
+//! The marker automaton as one flat table, walked a byte at a time.
+//!
+//! Aho-Corasick builds the automaton (standard match semantics, so a state reports every
+//! marker ending there); this copies it into a table of its own, with classes only for the
+//! bytes the markers use and the match states numbered first. A step is then one class
+//! lookup and one table read, and "does a marker end here" one comparison.
+
+use aho_corasick::Anchored;
+use aho_corasick::automaton::Automaton;
+use aho_corasick::dfa::DFA;
+use rustc_hash::FxHashMap;
+
+/// The markers ending at one state: (marker, length in bytes).
+type Ends = Box<[(u16, u16)]>;
+
+/// The flat automaton.
+pub(super) struct Scanner {
+    /// The class of each byte: one per byte some marker uses, one for all others.
+    classes: [u8; 256],
+    /// Classes per state: a state's row starts at its index times this.
+    stride: u32,
+    /// The row of the state reached from a row plus a byte's class.
+    next: Box<[u32]>,
+    /// Rows below this belong to match states.
+    match_rows: u32,
+    /// The start state's row.
+    start: u32,
+    /// For each match state (by index): the markers ending there, with their lengths.
+    matches: Box<[Ends]>,
+}
+
+impl Scanner {
+    /// Copies `dfa` built from `markers`; `None` if the automaton is too large for the table.
+    pub(super) fn new(markers: &[&str], dfa: &DFA) -> Option<Scanner> {
+        let mut used = [false; 256];
+        for b in markers.iter().flat_map(|m| m.bytes()) {
+            used[usize::from(b)] = true;
+        }
+        // Class 0 holds every byte no marker uses (represented by the first of them).
+        let mut classes = [0u8; 256];
+        let mut reps: Vec<u8> = (0..=255u8).find(|b| !used[usize::from(*b)]).into_iter().collect();
+        for b in 0..=255u8 {
+            if used[usize::from(b)] {
+                classes[usize::from(b)] = u8::try_from(reps.len()).ok()?;
+                reps.push(b);
+            }
+        }
+        // Every state reachable from the start, breadth first.
+        let start = dfa.start_state(Anchored::No).ok()?;
+        let mut states = vec![start];
+        let mut index = FxHashMap::default();
+        index.insert(start, 0usize);
+        let mut at = 0;
+        while at < states.len() {
+            let from = states[at];
+            for &b in &reps {
+                let to = dfa.next_state(Anchored::No, from, b);
+                if let std::collections::hash_map::Entry::Vacant(v) = index.entry(to) {
+                    v.insert(states.len());
+                    states.push(to);
+                }
+            }
+            at += 1;
+        }
+        // Match states first, so that one comparison of a row tells a match.
+        let mut order: Vec<usize> = (0..states.len()).collect();
+        order.sort_by_key(|&i| !dfa.is_match(states[i]));
+        let mut new_of = vec![0usize; states.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_of[old] = new;
+        }
+        let stride = reps.len();
+        let row = |old: usize| u32::try_from(new_of[old] * stride).ok();
+        let mut next = vec![0u32; states.len() * stride];
+        let mut matches = Vec::new();
+        for (new, &old) in order.iter().enumerate() {
+            let sid = states[old];
+            for (class, &b) in reps.iter().enumerate() {
+                next[new * stride + class] = row(index[&dfa.next_state(Anchored::No, sid, b)])?;
+            }
+            if dfa.is_match(sid) {
+                let ends = (0..dfa.match_len(sid))
+                    .map(|k| {
+                        let pattern = dfa.match_pattern(sid, k);
+                        Some((u16::try_from(pattern.as_usize()).ok()?, u16::try_from(dfa.pattern_len(pattern)).ok()?))
+                    })
+                    .collect::<Option<Box<[_]>>>()?;
+                matches.push(ends);
+            }
+        }
+        Some(Scanner {
+            classes,
+            stride: u32::try_from(stride).ok()?,
+            next: next.into_boxed_slice(),
+            match_rows: u32::try_from(matches.len() * stride).ok()?,
+            start: row(0)?,
+            matches: matches.into_boxed_slice(),
+        })
+    }
+
+    /// Calls `found(marker, start, end)` for every occurrence of every marker in `text`, in the
+    /// order they end (overlaps and repeats included).
+    #[inline]
+    pub(super) fn scan(&self, text: &[u8], mut found: impl FnMut(usize, usize, usize)) {
+        let (next, classes, match_rows) = (&self.next[..], &self.classes, self.match_rows);
+        let mut row = self.start;
+        for at in 0..text.len() {
+            row = next[(row + u32::from(classes[usize::from(text[at])])) as usize];
+            if row < match_rows {
+                let end = at + 1;
+                for &(marker, len) in self.matches[(row / self.stride) as usize].iter() {
+                    found(usize::from(marker), end - usize::from(len), end);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_overlapping_markers_where_they_end() {
+        let markers = ["he", "she", "hers", "频率"];
+        let dfa = DFA::new(markers).expect("automaton");
+        let scanner = Scanner::new(&markers, &dfa).expect("table");
+        let mut seen = Vec::new();
+        scanner.scan("ushers 频率".as_bytes(), |m, start, end| seen.push((m, start, end)));
+        assert_eq!(seen, vec![(1, 1, 4), (0, 2, 4), (2, 2, 6), (3, 7, 13)]);
+    }
+
+    #[test]
+    fn the_classifiers_table_stays_small() {
+        let markers = super::super::text::markers();
+        let dfa = DFA::new(markers).expect("automaton");
+        let scanner = Scanner::new(markers, &dfa).expect("table");
+        let bytes = scanner.next.len() * 4;
+        // 1 582 states of 39 classes: about 247 KB.
+        assert!(bytes < 512 * 1024, "{bytes} bytes");
+    }
+}
