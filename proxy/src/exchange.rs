@@ -8,7 +8,7 @@ use crate::translate::stream::{Chain, ChatToMessages, MessagesToChat, Translate}
 use crate::translate::{Cause, ClientApi, Translated, Untranslatable, chat_messages, messages_chat, passthrough};
 use crate::translate::{responses, responses::ResponseBuilder};
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 /// The Anthropic API version sent when the client names none.
@@ -47,25 +47,33 @@ pub fn error_shape(api: ClientApi) -> ErrorShape {
     }
 }
 
-/// Client headers that carry meaning for a provider's API.
+/// `anthropic-beta`.
+pub static ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
+/// `anthropic-version`.
+pub static ANTHROPIC_VERSION_HEADER: HeaderName = HeaderName::from_static("anthropic-version");
+/// `OpenAI-Beta`.
+pub static OPENAI_BETA: HeaderName = HeaderName::from_static("openai-beta");
+
+/// Client headers that carry meaning for a provider's API, as the client sent them (values
+/// that are visible ASCII only; others are not forwarded).
 #[derive(Debug, Clone, Default)]
 pub struct ApiHeaders {
     /// `anthropic-beta`.
-    pub anthropic_beta: Option<String>,
+    pub anthropic_beta: Option<HeaderValue>,
     /// `anthropic-version`.
-    pub anthropic_version: Option<String>,
+    pub anthropic_version: Option<HeaderValue>,
     /// `OpenAI-Beta`.
-    pub openai_beta: Option<String>,
+    pub openai_beta: Option<HeaderValue>,
 }
 
 impl ApiHeaders {
     /// Reads them from a request.
     pub fn from(headers: &HeaderMap) -> Self {
-        let get = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let get = |n: &HeaderName| headers.get(n).filter(|v| v.to_str().is_ok()).cloned();
         ApiHeaders {
-            anthropic_beta: get("anthropic-beta"),
-            anthropic_version: get("anthropic-version"),
-            openai_beta: get("openai-beta"),
+            anthropic_beta: get(&ANTHROPIC_BETA),
+            anthropic_version: get(&ANTHROPIC_VERSION_HEADER),
+            openai_beta: get(&OPENAI_BETA),
         }
     }
 }
@@ -152,7 +160,7 @@ pub struct Prepared {
     /// Advisory fields dropped on the way, for the `x-ferroute-translation-dropped` header.
     pub dropped: Vec<String>,
     /// API headers to send.
-    pub headers: Vec<(&'static str, String)>,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
     /// The query string to send.
     pub query: Option<String>,
 }
@@ -201,20 +209,22 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
     match (format, inb.api) {
         (Format::Anthropic, ClientApi::Messages) => {
             if let Some(b) = &inb.headers.anthropic_beta {
-                headers.push(("anthropic-beta", b.clone()));
+                headers.push((ANTHROPIC_BETA.clone(), b.clone()));
             }
-            let v = inb.headers.anthropic_version.clone().unwrap_or_else(|| ANTHROPIC_VERSION.to_owned());
-            headers.push(("anthropic-version", v));
+            let v = inb.headers.anthropic_version.clone().unwrap_or(HeaderValue::from_static(ANTHROPIC_VERSION));
+            headers.push((ANTHROPIC_VERSION_HEADER.clone(), v));
         }
-        (Format::Anthropic, _) => headers.push(("anthropic-version", ANTHROPIC_VERSION.to_owned())),
+        (Format::Anthropic, _) => {
+            headers.push((ANTHROPIC_VERSION_HEADER.clone(), HeaderValue::from_static(ANTHROPIC_VERSION)))
+        }
         (Format::Openai, ClientApi::Messages) => {
-            if let Some(b) = &inb.headers.anthropic_beta {
+            if let Some(b) = inb.headers.anthropic_beta.as_ref().and_then(|b| b.to_str().ok()) {
                 dropped.extend(messages_chat::betas(b)?);
             }
         }
         (Format::Openai, ClientApi::Chat) => {
             if let Some(b) = &inb.headers.openai_beta {
-                headers.push(("openai-beta", b.clone()));
+                headers.push((OPENAI_BETA.clone(), b.clone()));
             }
         }
         (Format::Openai, ClientApi::Responses) => {}

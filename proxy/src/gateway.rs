@@ -3,6 +3,7 @@
 
 use crate::clock::Clock;
 use crate::config::{Config, ConnectionConfig, ProviderConfig};
+use crate::endpoint::Endpoints;
 use crate::metrics::Metrics;
 use crate::replicas::Replicas;
 use crate::store::{PinWrite, Store, StoreError};
@@ -97,8 +98,8 @@ pub struct Gateway<C> {
     pub clock: Clock,
     /// The upstream client.
     pub client: UpstreamClient<C>,
-    /// Resolved base URLs by provider index.
-    pub base_urls: Vec<String>,
+    /// Upstream endpoints and credentials, prepared once per config.
+    pub endpoints: Endpoints,
     connection_strategies: Vec<Strategy>,
     /// M16: whether the emergency target is switched on (operators flip it at runtime).
     pub emergency: Arc<std::sync::atomic::AtomicBool>,
@@ -134,7 +135,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         let engine = Engine::new(config.resilience.clone(), seed);
         let emergency = std::sync::atomic::AtomicBool::new(config.emergency_fallback.enabled);
         let gw = Gateway {
-            base_urls: base_urls(&config),
+            endpoints: Endpoints::new(&config),
             connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
             emergency: Arc::new(emergency),
             egress: Arc::default(),
@@ -160,7 +161,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     pub fn successor(&self, config: Config) -> Gateway<C> {
         self.with_engine(|e| e.set_settings(config.resilience.clone()));
         Gateway {
-            base_urls: base_urls(&config),
+            endpoints: Endpoints::new(&config),
             connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
             emergency: Arc::clone(&self.emergency),
             egress: Arc::clone(&self.egress),
@@ -383,10 +384,6 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         let now = self.clock.now();
         self.with_engine(|e| e.sweep(now));
     }
-}
-
-fn base_urls(config: &Config) -> Vec<String> {
-    config.providers.iter().map(|p| p.base_url.trim_end_matches('/').to_owned()).collect()
 }
 
 /// Seconds since an instant, for latency metrics.

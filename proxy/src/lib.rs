@@ -12,6 +12,7 @@ pub mod config;
 pub mod demo;
 pub mod dispatch;
 pub mod egress;
+pub mod endpoint;
 pub mod errors;
 mod event_log;
 pub mod exchange;

@@ -3,7 +3,6 @@
 //! final error.
 
 use crate::attempt::{Attempt, DROPPED, SELECTED};
-use crate::config::Format;
 use crate::errors::{Body, ProxyError, Source, full, upstream_message};
 use crate::exchange::{self, Inbound, Prepared};
 use crate::gateway::{Gateway, Slot, Target, seconds_since};
@@ -61,40 +60,36 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     prep: &mut Prepared,
     slow: bool,
 ) -> Result<Request<Full<Bytes>>, ProxyError> {
-    let (provider, connection) = gw.parts(t);
+    let provider = &gw.config.providers[t.provider];
     let body =
         prep.body_for(&t.model).map_err(|e| ProxyError::new(Source::Internal, 500, "internal", e.to_string()))?;
-    let path = match provider.format {
-        Format::Openai => "/chat/completions",
-        Format::Anthropic => "/messages",
-    };
-    let url = match &prep.query {
-        Some(q) => format!("{}{path}?{q}", gw.base_urls[t.provider]),
-        None => format!("{}{path}", gw.base_urls[t.provider]),
-    };
-    let mut b = Request::post(url)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json, text/event-stream");
-    if let Some(key) = connection.api_key.as_deref() {
-        b = match provider.format {
-            Format::Openai => b.header(http::header::AUTHORIZATION, format!("Bearer {key}")),
-            Format::Anthropic => b.header("x-api-key", key),
-        };
-    }
-    for (name, value) in &prep.headers {
-        b = b.header(*name, value.as_str());
-    }
-    if slow {
-        b = b.header(SLOW_HEADER, SLOW_VALUE);
-    }
-    b.body(Full::new(Bytes::from(body))).map_err(|e| {
+    let unsendable = |e: &str| {
         ProxyError::new(
             Source::Internal,
             500,
             "bad_upstream_request",
             format!("could not build the upstream request for {}: {e}", provider.id),
         )
-    })
+    };
+    let uri = gw.endpoints.uri(t.provider, provider.format, prep.query.as_deref()).map_err(|e| unsendable(&e))?;
+    let credential = gw.endpoints.credential(t.connection).map_err(unsendable)?;
+    let mut req = Request::new(Full::new(Bytes::from(body)));
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = uri;
+    let h = req.headers_mut();
+    h.reserve(4 + prep.headers.len());
+    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(http::header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+    if let Some((name, value)) = credential {
+        h.insert(name.clone(), value.clone());
+    }
+    for (name, value) in &prep.headers {
+        h.append(name.clone(), value.clone());
+    }
+    if slow {
+        h.insert(SLOW_HEADER, HeaderValue::from_static(SLOW_VALUE));
+    }
+    Ok(req)
 }
 
 /// One attempt. `route_key` names the combo or model the request routes by (lkgp remembers

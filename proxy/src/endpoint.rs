@@ -1,0 +1,135 @@
+//! What every upstream request to a provider, or through a connection, has in common, prepared
+//! once per config instead of once per attempt: the endpoint's URI (the provider's `base_url`
+//! and its format's path, parsed) and the credential header (`Authorization: Bearer …` or
+//! `x-api-key`, marked sensitive). A base URL or key that cannot be sent is reported when a
+//! request needs it, as before: a 500 naming the provider.
+
+use crate::config::{Config, Format};
+use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
+use http::uri::Uri;
+
+/// The header Anthropic's format carries its key in.
+static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+
+/// Endpoints by provider index, credentials by connection index.
+pub struct Endpoints {
+    bases: Vec<String>,
+    uris: Vec<Result<Uri, String>>,
+    credentials: Vec<Result<Option<(HeaderName, HeaderValue)>, String>>,
+}
+
+/// The path a format's requests are sent to, below the base URL.
+pub fn path(format: Format) -> &'static str {
+    match format {
+        Format::Openai => "/chat/completions",
+        Format::Anthropic => "/messages",
+    }
+}
+
+impl Endpoints {
+    /// Prepares every provider's and connection's.
+    pub fn new(config: &Config) -> Self {
+        let bases: Vec<String> =
+            config.providers.iter().map(|p| p.base_url.trim_end_matches('/').to_owned()).collect();
+        let uris = config
+            .providers
+            .iter()
+            .zip(&bases)
+            .map(|(p, base)| Uri::try_from(format!("{base}{}", path(p.format))).map_err(|e| e.to_string()))
+            .collect();
+        let credentials = config
+            .connections
+            .iter()
+            .map(|c| {
+                let Some(key) = c.api_key.as_deref() else { return Ok(None) };
+                let format = config.providers.iter().find(|p| p.id == c.provider).map(|p| p.format);
+                let (name, value) = match format {
+                    Some(Format::Openai) => (AUTHORIZATION, HeaderValue::try_from(format!("Bearer {key}"))),
+                    Some(Format::Anthropic) => (X_API_KEY.clone(), HeaderValue::try_from(key)),
+                    None => return Err(format!("connection {} names no configured provider", c.id)),
+                };
+                let mut value = value.map_err(|e| format!("the key of connection {} cannot be sent: {e}", c.id))?;
+                value.set_sensitive(true);
+                Ok(Some((name, value)))
+            })
+            .collect();
+        Endpoints { bases, uris, credentials }
+    }
+
+    /// The URI of provider `provider`'s endpoint, with the client's query string if it is kept.
+    pub fn uri(&self, provider: usize, format: Format, query: Option<&str>) -> Result<Uri, String> {
+        match query {
+            None => self.uris[provider].clone(),
+            Some(q) => Uri::try_from(format!("{}{}?{q}", self.bases[provider], path(format))).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Connection `connection`'s credential header, if it has a key.
+    pub fn credential(&self, connection: usize) -> Result<Option<&(HeaderName, HeaderValue)>, &str> {
+        match &self.credentials[connection] {
+            Ok(c) => Ok(c.as_ref()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        Config::from_toml_str(text, &|_| None, &[]).expect("config")
+    }
+
+    #[test]
+    fn each_format_gets_its_path_and_credential_header() {
+        let config = config(
+            r#"
+            [[providers]]
+            id = "oa"
+            format = "openai"
+            base_url = "http://127.0.0.1:9/v1/"
+            [[providers]]
+            id = "an"
+            format = "anthropic"
+            base_url = "http://127.0.0.1:9/v1"
+            [[connections]]
+            id = "k1"
+            provider = "oa"
+            api_key = "sk-1"
+            [[connections]]
+            id = "k2"
+            provider = "an"
+            api_key = "sk-2"
+            [[providers]]
+            id = "ollama"
+            format = "openai"
+            class = "local"
+            base_url = "http://127.0.0.1:11434/v1"
+            [[connections]]
+            id = "local"
+            provider = "ollama"
+            "#,
+        );
+        let e = Endpoints::new(&config);
+        assert_eq!(e.uri(0, Format::Openai, None).expect("uri"), "http://127.0.0.1:9/v1/chat/completions");
+        assert_eq!(e.uri(1, Format::Anthropic, Some("beta=true")).expect("uri"), "http://127.0.0.1:9/v1/messages?beta=true");
+        let (name, value) = e.credential(0).expect("valid").expect("a key");
+        assert_eq!((name.as_str(), value.to_str().ok()), ("authorization", Some("Bearer sk-1")));
+        assert!(value.is_sensitive());
+        let (name, value) = e.credential(1).expect("valid").expect("a key");
+        assert_eq!((name.as_str(), value.to_str().ok()), ("x-api-key", Some("sk-2")));
+        assert!(e.credential(2).expect("valid").is_none());
+    }
+
+    #[test]
+    fn a_key_that_cannot_be_a_header_is_reported_when_used() {
+        let config = config(
+            "[[providers]]\nid = \"oa\"\nformat = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\n\
+             [[connections]]\nid = \"k1\"\nprovider = \"oa\"\napi_key = \"sk-1\\nInjected: yes\"\n",
+        );
+        let e = Endpoints::new(&config);
+        let err = e.credential(0).expect_err("a newline cannot be sent");
+        assert!(err.contains("connection k1"), "{err}");
+    }
+}
