@@ -7,11 +7,41 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use rustc_hash::FxHashMap;
+use std::sync::RwLock;
 
 /// One label (the names are fixed: no allocation for them, nor for a `Vec`, per request).
 type One = [(&'static str, String); 1];
 /// Two labels.
 type Two = [(&'static str, String); 2];
+
+/// A family's metrics by one label's value, found without allocating. A family's own lookup
+/// copies the label values and hashes them with SipHash on every call; the hot path (a
+/// request's counter, its upstream latency, its queue's depth) looks here first, and goes to
+/// the family only for a value it has not seen. The handles share the family's metrics (a
+/// clone of a counter, gauge or histogram is the same metric), and families never drop a
+/// label set, so a handle never goes stale.
+struct Handles<M> {
+    map: RwLock<FxHashMap<String, M>>,
+}
+
+impl<M> Default for Handles<M> {
+    fn default() -> Self {
+        Handles { map: RwLock::default() }
+    }
+}
+
+impl<M: Clone> Handles<M> {
+    /// Runs `f` on the metric for `key`, made by `create` (from the family) the first time.
+    fn with(&self, key: &str, create: impl FnOnce() -> M, f: impl FnOnce(&M)) {
+        if let Some(m) = self.map.read().unwrap_or_else(|p| p.into_inner()).get(key) {
+            return f(m);
+        }
+        let m = create();
+        f(&m);
+        self.map.write().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), m);
+    }
+}
 
 /// The gateway's metrics.
 pub struct Metrics {
@@ -32,6 +62,10 @@ pub struct Metrics {
     pub stream_finalizations: Counter,
     /// Streams started.
     pub streams_started: Counter,
+    /// Request counters by provider, then status.
+    request_handles: Handles<Vec<(u16, Counter)>>,
+    latency_handles: Handles<Histogram>,
+    queue_handles: Handles<Gauge>,
 }
 
 fn histogram() -> Histogram {
@@ -119,6 +153,9 @@ impl Metrics {
             translations,
             stream_finalizations,
             streams_started,
+            request_handles: Handles::default(),
+            latency_handles: Handles::default(),
+            queue_handles: Handles::default(),
         }
     }
 
@@ -148,12 +185,29 @@ impl Metrics {
 
     /// Counts one client response.
     pub fn request(&self, status: u16, provider: &str) {
-        self.requests.get_or_create(&[("status", status.to_string()), ("provider", provider.to_owned())]).inc();
+        let by_provider = &self.request_handles.map;
+        if let Some(by_status) = by_provider.read().unwrap_or_else(|p| p.into_inner()).get(provider)
+            && let Some((_, c)) = by_status.iter().find(|(s, _)| *s == status)
+        {
+            c.inc();
+            return;
+        }
+        let c = self.requests.get_or_create(&[("status", status.to_string()), ("provider", provider.to_owned())]).clone();
+        c.inc();
+        let mut map = by_provider.write().unwrap_or_else(|p| p.into_inner());
+        let by_status = map.entry(provider.to_owned()).or_default();
+        if !by_status.iter().any(|(s, _)| *s == status) {
+            by_status.push((status, c));
+        }
     }
 
     /// Records an upstream's time to headers.
     pub fn upstream_latency(&self, provider: &str, seconds: f64) {
-        self.upstream_latency.get_or_create(&[("provider", provider.to_owned())]).observe(seconds);
+        self.latency_handles.with(
+            provider,
+            || self.upstream_latency.get_or_create(&[("provider", provider.to_owned())]).clone(),
+            |h| h.observe(seconds),
+        );
     }
 
     /// Sets a breaker gauge.
@@ -168,7 +222,13 @@ impl Metrics {
 
     /// Sets a queue gauge.
     pub fn queue(&self, queue: &str, depth: usize) {
-        self.queue_depth.get_or_create(&[("queue", queue.to_owned())]).set(depth as i64);
+        self.queue_handles.with(
+            queue,
+            || self.queue_depth.get_or_create(&[("queue", queue.to_owned())]).clone(),
+            |g| {
+                g.set(depth as i64);
+            },
+        );
     }
 
     /// Sets the session gauges (read at scrape time).
@@ -190,5 +250,36 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_handles_count_into_the_families_series() {
+        let m = Metrics::new();
+        for (status, provider) in [(200, "a"), (200, "a"), (429, "a"), (200, "b"), (429, "a"), (200, "a")] {
+            m.request(status, provider);
+        }
+        m.upstream_latency("a", 0.001);
+        m.upstream_latency("a", 100.0);
+        m.upstream_latency("b", 0.001);
+        m.queue("a:k1", 3);
+        m.queue("a:k1", 1);
+        m.queue("b:k2", 2);
+        let text = m.encode();
+        for line in [
+            r#"ferroute_requests_total{status="200",provider="a"} 3"#,
+            r#"ferroute_requests_total{status="429",provider="a"} 2"#,
+            r#"ferroute_requests_total{status="200",provider="b"} 1"#,
+            r#"ferroute_upstream_latency_seconds_count{provider="a"} 2"#,
+            r#"ferroute_upstream_latency_seconds_count{provider="b"} 1"#,
+            r#"ferroute_queue_depth{queue="a:k1"} 1"#,
+            r#"ferroute_queue_depth{queue="b:k2"} 2"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
     }
 }
