@@ -5,6 +5,7 @@ use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use proxy::config::Format;
 use proxy::exchange::{self, ApiHeaders, Inbound};
+use proxy::head::Head;
 use proxy::translate::ClientApi;
 use proxy::translate::stream::Event;
 use std::hint::black_box;
@@ -12,8 +13,8 @@ use std::hint::black_box;
 const CHAT: &str = r#"{"model":"bench/m","stream":false,"messages":[{"role":"user","content":"measure the overhead of this gateway"}]}"#;
 
 fn inbound() -> Inbound {
-    let v: serde_json::Value = serde_json::from_str(CHAT).unwrap_or_default();
-    Inbound::direct(ClientApi::Chat, v, Bytes::from_static(CHAT.as_bytes()), ApiHeaders::default(), 0)
+    let head = Head::parse(CHAT.as_bytes()).unwrap_or_default();
+    Inbound::direct(ClientApi::Chat, &head, Bytes::from_static(CHAT.as_bytes()), ApiHeaders::default(), 0)
 }
 
 fn answer() -> Bytes {

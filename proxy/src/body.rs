@@ -13,6 +13,26 @@ pub async fn read_json(
     max: u64,
     deadline: Duration,
 ) -> Result<(Bytes, serde_json::Value), ProxyError> {
+    let bytes = read_body(req, max, deadline).await?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(invalid_json)?;
+    if !v.is_object() {
+        return Err(not_an_object());
+    }
+    Ok((bytes, v))
+}
+
+/// A body that is not JSON, as a 400 naming the parser's complaint.
+pub fn invalid_json(e: serde_json::Error) -> ProxyError {
+    ProxyError::bad_request("invalid_json", format!("the request body is not valid JSON: {e}"))
+}
+
+/// A body that is JSON but not an object, as a 400.
+pub fn not_an_object() -> ProxyError {
+    ProxyError::bad_request("invalid_json", "the request body must be a JSON object")
+}
+
+/// Reads a request body (not empty), enforcing the size and time limits.
+pub async fn read_body(req: Request<Incoming>, max: u64, deadline: Duration) -> Result<Bytes, ProxyError> {
     let declared = req
         .headers()
         .get(http::header::CONTENT_LENGTH)
@@ -40,12 +60,7 @@ pub async fn read_json(
     if bytes.is_empty() {
         return Err(ProxyError::bad_request("empty_body", "the request body is empty; send a JSON object"));
     }
-    let v: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| ProxyError::bad_request("invalid_json", format!("the request body is not valid JSON: {e}")))?;
-    if !v.is_object() {
-        return Err(ProxyError::bad_request("invalid_json", "the request body must be a JSON object"));
-    }
-    Ok((bytes, v))
+    Ok(bytes)
 }
 
 fn too_large(max: u64) -> ProxyError {

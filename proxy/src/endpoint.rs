@@ -1,7 +1,8 @@
 //! What every upstream request to a provider, or through a connection, has in common, prepared
 //! once per config instead of once per attempt: the endpoint's URI (the provider's `base_url`
-//! and its format's path, parsed) and the credential header (`Authorization: Bearer …` or
-//! `x-api-key`, marked sensitive). A base URL or key that cannot be sent is reported when a
+//! and its format's path, parsed), the credential header (`Authorization: Bearer …` or
+//! `x-api-key`, marked sensitive), the connection's admission queue key and the value of the
+//! header that names it to the client. A base URL or key that cannot be sent is reported when a
 //! request needs it, as before: a 500 naming the provider.
 
 use crate::config::{Config, Format};
@@ -16,7 +17,12 @@ pub struct Endpoints {
     bases: Vec<String>,
     uris: Vec<Result<Uri, String>>,
     credentials: Vec<Result<Option<(HeaderName, HeaderValue)>, String>>,
+    queue_keys: Vec<String>,
+    selected: Vec<Option<HeaderValue>>,
 }
+
+/// The response header naming the connection that served (or last failed) a request.
+pub static SELECTED_HEADER: HeaderName = HeaderName::from_static(crate::attempt::SELECTED);
 
 /// The path a format's requests are sent to, below the base URL.
 pub fn path(format: Format) -> &'static str {
@@ -29,8 +35,7 @@ pub fn path(format: Format) -> &'static str {
 impl Endpoints {
     /// Prepares every provider's and connection's.
     pub fn new(config: &Config) -> Self {
-        let bases: Vec<String> =
-            config.providers.iter().map(|p| p.base_url.trim_end_matches('/').to_owned()).collect();
+        let bases: Vec<String> = config.providers.iter().map(|p| p.base_url.trim_end_matches('/').to_owned()).collect();
         let uris = config
             .providers
             .iter()
@@ -53,14 +58,33 @@ impl Endpoints {
                 Ok(Some((name, value)))
             })
             .collect();
-        Endpoints { bases, uris, credentials }
+        Endpoints {
+            bases,
+            uris,
+            credentials,
+            // M9: a connection's queue is its provider's and its own.
+            queue_keys: config.connections.iter().map(|c| format!("{}:{}", c.provider, c.id)).collect(),
+            selected: config.connections.iter().map(|c| HeaderValue::try_from(c.id.as_str()).ok()).collect(),
+        }
+    }
+
+    /// Connection `connection`'s admission queue (M9): `provider:connection`.
+    pub fn queue_key(&self, connection: usize) -> &str {
+        &self.queue_keys[connection]
+    }
+
+    /// Connection `connection`'s id as a header value (`None` if it cannot be one).
+    pub fn selected(&self, connection: usize) -> Option<&HeaderValue> {
+        self.selected[connection].as_ref()
     }
 
     /// The URI of provider `provider`'s endpoint, with the client's query string if it is kept.
     pub fn uri(&self, provider: usize, format: Format, query: Option<&str>) -> Result<Uri, String> {
         match query {
             None => self.uris[provider].clone(),
-            Some(q) => Uri::try_from(format!("{}{}?{q}", self.bases[provider], path(format))).map_err(|e| e.to_string()),
+            Some(q) => {
+                Uri::try_from(format!("{}{}?{q}", self.bases[provider], path(format))).map_err(|e| e.to_string())
+            }
         }
     }
 
@@ -113,13 +137,18 @@ mod tests {
         );
         let e = Endpoints::new(&config);
         assert_eq!(e.uri(0, Format::Openai, None).expect("uri"), "http://127.0.0.1:9/v1/chat/completions");
-        assert_eq!(e.uri(1, Format::Anthropic, Some("beta=true")).expect("uri"), "http://127.0.0.1:9/v1/messages?beta=true");
+        assert_eq!(
+            e.uri(1, Format::Anthropic, Some("beta=true")).expect("uri"),
+            "http://127.0.0.1:9/v1/messages?beta=true"
+        );
         let (name, value) = e.credential(0).expect("valid").expect("a key");
         assert_eq!((name.as_str(), value.to_str().ok()), ("authorization", Some("Bearer sk-1")));
         assert!(value.is_sensitive());
         let (name, value) = e.credential(1).expect("valid").expect("a key");
         assert_eq!((name.as_str(), value.to_str().ok()), ("x-api-key", Some("sk-2")));
         assert!(e.credential(2).expect("valid").is_none());
+        assert_eq!((e.queue_key(1), e.queue_key(2)), ("an:k2", "ollama:local"));
+        assert_eq!(e.selected(2).and_then(|v| v.to_str().ok()), Some("local"));
     }
 
     #[test]

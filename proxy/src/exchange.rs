@@ -3,6 +3,7 @@
 
 use crate::config::Format;
 use crate::errors::ErrorShape;
+use crate::head::{Head, JsonBody};
 use crate::translate::responses_stream::ChatToResponses;
 use crate::translate::stream::{Chain, ChatToMessages, MessagesToChat, Translate};
 use crate::translate::{Cause, ClientApi, Translated, Untranslatable, chat_messages, messages_chat, passthrough};
@@ -83,14 +84,17 @@ impl ApiHeaders {
 pub struct Inbound {
     /// The API the client called.
     pub api: ClientApi,
-    /// The body in `wire(api)`'s format (a Responses request already turned into chat).
-    pub body: Value,
+    /// The body in `wire(api)`'s format (a Responses request already turned into chat),
+    /// parsed when first read.
+    pub body: JsonBody,
     /// The client's own bytes, when `body` is what it sent.
     pub raw: Option<Bytes>,
     /// Whether the client asked for a stream.
     pub stream: bool,
     /// Whether a chat client asked for a usage chunk.
     pub include_usage: bool,
+    /// How many tools the request offers.
+    pub tools: usize,
     /// Meaningful client headers.
     pub headers: ApiHeaders,
     /// The client's query string (`?beta=true` from Anthropic's SDK), kept on same-format hops.
@@ -108,16 +112,15 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    /// A Chat or Messages request as the client sent it.
-    pub fn direct(api: ClientApi, body: Value, raw: Bytes, headers: ApiHeaders, created: u64) -> Self {
-        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
+    /// A Chat or Messages request as the client sent it (`head` read from `raw`).
+    pub fn direct(api: ClientApi, head: &Head, raw: Bytes, headers: ApiHeaders, created: u64) -> Self {
         Inbound {
             api,
-            body,
+            body: JsonBody::lazy(raw.clone()),
             raw: Some(raw),
-            stream,
-            include_usage,
+            stream: head.stream.as_ref().and_then(Value::as_bool).unwrap_or(false),
+            include_usage: head.include_usage,
+            tools: head.tools,
             headers,
             query: None,
             responses: None,
@@ -134,7 +137,8 @@ impl Inbound {
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
         Ok(Inbound {
             api: ClientApi::Responses,
-            body: chat,
+            tools: chat.get("tools").and_then(Value::as_array).map_or(0, Vec::len),
+            body: JsonBody::parsed(chat),
             raw: None,
             stream,
             include_usage: true,
@@ -188,20 +192,23 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
     let mut dropped = inb.dropped.clone();
     let mut headers = Vec::new();
     let same = wire(inb.api) == format;
-    let plain = (!same && format == Format::Anthropic && inb.api == ClientApi::Chat)
-        .then(|| chat_messages::plain_request(&inb.body))
-        .flatten();
+    // Read only when the request is translated, or its bytes are not the body (multicall).
+    let body = || inb.body.try_get().map_err(|e| Untranslatable::invalid("body", e));
     let (body, raw) = if same {
         match &inb.raw {
             Some(raw) => (Value::Null, Some(raw.clone())),
-            None => (inb.body.clone(), None),
+            None => (body()?.clone(), None),
         }
-    } else if let Some(bytes) = plain {
+    } else if let Some(bytes) = if format == Format::Anthropic && inb.api == ClientApi::Chat {
+        chat_messages::plain_request(body()?)
+    } else {
+        None
+    } {
         (Value::Null, Some(Bytes::from(bytes)))
     } else {
         let t = match format {
-            Format::Anthropic => chat_messages::request(&inb.body)?,
-            Format::Openai => messages_chat::request(&inb.body)?,
+            Format::Anthropic => chat_messages::request(body()?)?,
+            Format::Openai => messages_chat::request(body()?)?,
         };
         dropped.extend(t.dropped);
         (t.body, None)

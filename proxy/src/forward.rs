@@ -4,12 +4,13 @@
 //! refuse (`refuse`).
 
 use crate::auth::Client;
-use crate::body::read_json;
+use crate::body::{invalid_json, not_an_object, read_body};
 use crate::dispatch::dispatch;
 use crate::errors::{Body, ProxyError};
 use crate::exchange::untranslatable;
 use crate::exchange::{self, ApiHeaders, Inbound};
 use crate::gateway::Gateway;
+use crate::head::{BadBody, Head};
 use crate::plan::plan;
 use crate::translate::ClientApi;
 use bytes::Bytes;
@@ -39,7 +40,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Ok(l) => l,
         Err(e) => return e.into_response_as(shape),
     };
-    let (raw, json) = match read_json(
+    let raw = match read_body(
         req,
         gw.config.server.max_body_bytes,
         Duration::from_millis(gw.config.server.body_read_timeout_ms),
@@ -49,10 +50,11 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Ok(v) => v,
         Err(e) => return e.into_response_as(shape),
     };
-    let session = session_headers.key(&json);
-    let session_ttl = session_headers.ttl;
-    let (inbound, model, warning) = match inbound(&gw, api, raw, json, headers) {
-        Ok((i, m, w)) => (Inbound { query, session, session_ttl, ..i }, m, w),
+    let (inbound, model, warning) = match inbound(&gw, api, raw, headers) {
+        Ok((i, m, w)) => {
+            let session = session_headers.key(&i);
+            (Inbound { query, session, session_ttl: session_headers.ttl, ..i }, m, w)
+        }
         Err(e) => return e.into_response_as(shape),
     };
     let (plan, mut preps, ask) = match plan(&gw, &model, &client, &inbound, leased.as_deref()) {
@@ -101,62 +103,81 @@ impl SessionHeaders {
                     )
                 })?,
         };
-        let named = ferroute_core::session::key::SESSION_HEADERS
-            .iter()
-            .filter_map(|n| h.get(*n).and_then(|v| v.to_str().ok()).map(|v| (*n, v.to_owned())))
-            .collect();
+        // Read only when they can matter: with affinity off no key is taken.
+        let named = match ttl_ms {
+            0 => Vec::new(),
+            _ => ferroute_core::session::key::SESSION_HEADERS
+                .iter()
+                .filter_map(|n| h.get(*n).and_then(|v| v.to_str().ok()).map(|v| (*n, v.to_owned())))
+                .collect(),
+        };
         Ok(SessionHeaders { named, ttl: Duration::from_millis(ttl_ms) })
     }
 
     /// The session key, when affinity is on for this request.
-    fn key(&self, body: &serde_json::Value) -> Option<String> {
+    fn key(&self, inbound: &Inbound) -> Option<String> {
         if self.ttl.is_zero() {
             return None;
         }
         let named: Vec<(&str, &str)> = self.named.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        ferroute_core::session::session_key(&named, body)
+        ferroute_core::session::session_key(&named, inbound.body.get())
     }
 }
 
-/// Checks the fields each API requires and brings the request into its wire format.
+/// Checks the fields each API requires and brings the request into its wire format. A Chat
+/// or Messages body is read only for what routing needs ([`Head`]); a Responses body is
+/// translated to chat now, so it is parsed whole.
 fn inbound<C: Connect + Clone + Send + Sync + 'static>(
     gw: &Gateway<C>,
     api: ClientApi,
     raw: Bytes,
-    json: serde_json::Value,
     headers: ApiHeaders,
 ) -> Result<(Inbound, String, Option<String>), ProxyError> {
-    let model = match json.get("model") {
+    let (head, json) = if api == ClientApi::Responses {
+        let json: serde_json::Value = serde_json::from_slice(&raw).map_err(invalid_json)?;
+        if !json.is_object() {
+            return Err(not_an_object());
+        }
+        (Head::of(&json), Some(json))
+    } else {
+        let head = Head::parse(&raw).map_err(|e| match e {
+            BadBody::Invalid(e) => invalid_json(e),
+            BadBody::NotAnObject => not_an_object(),
+        })?;
+        (head, None)
+    };
+    let model = match &head.model {
         Some(serde_json::Value::String(m)) if !m.trim().is_empty() => m.clone(),
         Some(_) => return Err(ProxyError::bad_request("invalid_model", "`model` must be a non-empty string")),
         None => return Err(ProxyError::bad_request("missing_model", "missing required field `model`")),
     };
     match api {
-        ClientApi::Chat if !json.get("messages").is_some_and(|m| m.is_array()) => {
+        ClientApi::Chat if !head.messages_is_array => {
             return Err(ProxyError::bad_request("missing_messages", "missing required field `messages` (an array)"));
         }
-        ClientApi::Messages if json.get("max_tokens").is_none() => {
+        ClientApi::Messages if !head.has_max_tokens => {
             return Err(ProxyError::bad_request("missing_max_tokens", "missing required field `max_tokens`"));
         }
-        ClientApi::Messages if !json.get("messages").is_some_and(|m| m.is_array()) => {
+        ClientApi::Messages if !head.messages_is_array => {
             return Err(ProxyError::bad_request("missing_messages", "missing required field `messages` (an array)"));
         }
-        ClientApi::Responses if json.get("input").is_none() => {
+        ClientApi::Responses if !head.has_input => {
             return Err(ProxyError::bad_request("missing_input", "missing required field `input`"));
         }
         _ => {}
     }
-    match json.get("stream") {
+    match head.stream {
         None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(_)) => {}
         Some(_) => return Err(ProxyError::bad_request("invalid_stream", "`stream` must be a boolean")),
     }
     let created = gw.clock.wall_now_ms() / 1000;
-    if api != ClientApi::Responses {
-        return Ok((Inbound::direct(api, json, raw, headers, created), model, None));
-    }
+    let Some(json) = json else {
+        return Ok((Inbound::direct(api, &head, raw, headers, created), model, None));
+    };
     // The Responses API has no background execution here: such a request is served while the
     // client waits, and told so.
-    let warning = (json.get("background") == Some(&serde_json::Value::Bool(true)))
+    let warning = head
+        .background
         .then(|| "background responses are served synchronously; the answer is in this response".to_owned());
     let inbound = Inbound::responses(&json, headers, &gw.next_id(), created).map_err(untranslatable)?;
     Ok((inbound, model, warning))

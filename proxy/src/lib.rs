@@ -18,6 +18,7 @@ mod event_log;
 pub mod exchange;
 pub mod forward;
 pub mod gateway;
+pub mod head;
 pub mod lease_shared;
 pub mod lease_store;
 pub mod leases;

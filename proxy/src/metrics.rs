@@ -192,7 +192,8 @@ impl Metrics {
             c.inc();
             return;
         }
-        let c = self.requests.get_or_create(&[("status", status.to_string()), ("provider", provider.to_owned())]).clone();
+        let c =
+            self.requests.get_or_create(&[("status", status.to_string()), ("provider", provider.to_owned())]).clone();
         c.inc();
         let mut map = by_provider.write().unwrap_or_else(|p| p.into_inner());
         let by_status = map.entry(provider.to_owned()).or_default();

@@ -40,7 +40,7 @@ pub async fn run<C: Connect + Clone + Send + Sync + 'static>(
     client: &Client,
 ) -> Response<Body> {
     let shape = exchange::error_shape(inbound.api);
-    let has_tools = inbound.body.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty());
+    let has_tools = inbound.tools > 0;
     if has_tools {
         return routed(gw, Plan { multi: None, ..plan_ }, inbound).await;
     }
@@ -81,7 +81,7 @@ fn member(plan_: &Plan, index: usize) -> Plan {
 /// The request as an intermediate call: not streamed (in the body sent upstream too).
 fn quiet(inbound: &Inbound) -> Inbound {
     let mut out = Inbound { stream: false, include_usage: false, raw: None, ..inbound.clone() };
-    if let Some(body) = out.body.as_object_mut() {
+    if let Some(body) = out.body.get_mut().as_object_mut() {
         body.insert("stream".into(), Value::Bool(false));
         body.remove("stream_options");
     }
@@ -152,7 +152,7 @@ pub fn text_of(api: ClientApi, v: &Value) -> Option<String> {
 pub fn with_turns(inbound: &Inbound, turns: &[(&str, &str)]) -> Inbound {
     let mut out = Inbound { raw: None, ..inbound.clone() };
     let anthropic = exchange::wire(inbound.api) == Format::Anthropic;
-    if let Some(messages) = out.body.get_mut("messages").and_then(Value::as_array_mut) {
+    if let Some(messages) = out.body.get_mut().get_mut("messages").and_then(Value::as_array_mut) {
         for (role, text) in turns {
             let last_same = messages.last().and_then(|m| m.get("role")).and_then(Value::as_str) == Some(role);
             if anthropic && last_same {

@@ -70,18 +70,17 @@ pub fn plan<C: Connect + Clone + Send + Sync + 'static>(
 /// every strategy), and only for the strategies that use them, its estimated size (about 4
 /// bytes a token) and a hash of its prefix (system prompt and first user turn).
 pub fn ask(strategy: Strategy, inbound: &Inbound) -> Ask {
-    let body = &inbound.body;
-    let tools = body.get("tools").and_then(Value::as_array).map_or(0, |t| t.len().min(u32::MAX as usize) as u32);
+    let tools = inbound.tools.min(u32::MAX as usize) as u32;
     let context_tokens = if strategy == Strategy::ContextOptimized {
         let bytes = match &inbound.raw {
             Some(raw) => raw.len(),
-            None => body.to_string().len(),
+            None => inbound.body.get().to_string().len(),
         };
         (bytes / 4) as u64
     } else {
         0
     };
-    let prefix_hash = if strategy == Strategy::CacheOptimized { prefix_hash(body) } else { 0 };
+    let prefix_hash = if strategy == Strategy::CacheOptimized { prefix_hash(inbound.body.get()) } else { 0 };
     Ask { context_tokens, prefix_hash, tools }
 }
 

@@ -1,7 +1,8 @@
 //! SSE relay: chunks go to the client as they arrive (never buffered whole), the M10
 //! watchdog watches the live stream, and finalisation happens exactly once.
 
-use crate::attempt::{Attempt, SELECTED};
+use crate::attempt::Attempt;
+use crate::endpoint::SELECTED_HEADER;
 use crate::errors::Body;
 use crate::gateway::Slot;
 use crate::translate::ClientApi;
@@ -88,8 +89,8 @@ pub struct Relay {
     pub api: ClientApi,
     /// Turns the provider's events into the client's, when the formats differ.
     pub translator: Option<Box<dyn Translate>>,
-    /// The connection serving it (response header).
-    pub connection: String,
+    /// The connection serving it, as the response header's value (none if it cannot be one).
+    pub connection: Option<HeaderValue>,
     /// A stream silent this long is ended (the execution budget).
     pub idle_budget: std::time::Duration,
 }
@@ -181,8 +182,8 @@ pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
     let h = out.headers_mut();
     h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    if let Ok(v) = HeaderValue::from_str(&to.connection) {
-        h.insert(SELECTED, v);
+    if let Some(v) = to.connection {
+        h.insert(SELECTED_HEADER.clone(), v);
     }
     out
 }

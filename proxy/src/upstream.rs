@@ -3,6 +3,7 @@
 //! final error.
 
 use crate::attempt::{Attempt, DROPPED, SELECTED};
+use crate::endpoint::SELECTED_HEADER;
 use crate::errors::{Body, ProxyError, Source, full, upstream_message};
 use crate::exchange::{self, Inbound, Prepared};
 use crate::gateway::{Gateway, Slot, Target, seconds_since};
@@ -111,8 +112,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         connection.request_queue.as_ref(),
         provider.start_timeout_ms.map(Duration::from_millis),
     );
-    let queue_key = format!("{}:{}", provider.id, connection.id);
-    let queue_slot = match gw.admit(&queue_key, limits, FailMode::Closed).await {
+    let queue_slot = match gw.admit(gw.endpoints.queue_key(target.connection), limits, FailMode::Closed).await {
         Ok(s) => s,
         Err(r) => {
             attempt.record(AttemptOutcome::Neutral);
@@ -270,7 +270,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             let relay_to = Relay {
                 api: inbound.api,
                 translator: exchange::translator(inbound, provider.format),
-                connection: conn_id,
+                connection: gw.endpoints.selected(target.connection).cloned(),
                 idle_budget: limits.execution_max_wait,
             };
             let mut out = relay(fin, resp, relay_to);
@@ -317,8 +317,8 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
                 out.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             }
         }
-        if let Ok(v) = HeaderValue::from_str(&conn_id) {
-            out.headers_mut().insert(SELECTED, v);
+        if let Some(v) = gw.endpoints.selected(target.connection) {
+            out.headers_mut().insert(SELECTED_HEADER.clone(), v.clone());
         }
         dropped_header(&mut out, &prep.dropped);
         return Step::Done(out);
@@ -399,7 +399,7 @@ fn observe_response<C: Connect + Clone + Send + Sync + 'static, B>(
 
 /// How many tools the request offers.
 fn inbound_tools(inbound: &Inbound) -> usize {
-    inbound.body.get("tools").and_then(|t| t.as_array()).map_or(0, Vec::len)
+    inbound.tools
 }
 
 /// Names the advisory fields a translation left behind.
