@@ -2,9 +2,14 @@
 
 use crate::config::{Config, KeyConfig};
 use crate::errors::{ProxyError, Source};
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use std::net::SocketAddr;
 use subtle::ConstantTimeEq;
+
+/// Anthropic's key header, which clients may authenticate with.
+pub(crate) static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+/// The admin key header.
+static ADMIN_KEY: HeaderName = HeaderName::from_static("x-ferroute-admin-key");
 
 fn eq(a: &str, b: &str) -> bool {
     a.as_bytes().ct_eq(b.as_bytes()).into()
@@ -54,7 +59,7 @@ pub fn client(config: &Config, headers: &HeaderMap, allow_x_api_key: bool) -> Re
         return Ok(Client::Loopback);
     }
     let given = bearer(headers)
-        .or_else(|| allow_x_api_key.then(|| headers.get("x-api-key").and_then(|v| v.to_str().ok())).flatten());
+        .or_else(|| allow_x_api_key.then(|| headers.get(&X_API_KEY).and_then(|v| v.to_str().ok())).flatten());
     let Some(given) = given else {
         return Err(ProxyError::new(
             Source::Downstream,
@@ -85,7 +90,7 @@ pub fn admin(config: &Config, headers: &HeaderMap) -> Result<(), ProxyError> {
             "the admin API is disabled: set server.admin_key (or FERROUTE_ADMIN_KEY)",
         ));
     };
-    let given = headers.get("x-ferroute-admin-key").and_then(|v| v.to_str().ok()).or_else(|| bearer(headers));
+    let given = headers.get(&ADMIN_KEY).and_then(|v| v.to_str().ok()).or_else(|| bearer(headers));
     match given {
         Some(g) if eq(expected, g) => Ok(()),
         Some(_) => Err(ProxyError::new(Source::Downstream, 401, "invalid_admin_key", "invalid admin key")),

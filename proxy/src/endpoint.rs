@@ -5,12 +5,10 @@
 //! header that names it to the client. A base URL or key that cannot be sent is reported when a
 //! request needs it, as before: a 500 naming the provider.
 
+use crate::auth::X_API_KEY;
 use crate::config::{Config, Format};
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use http::uri::Uri;
-
-/// The header Anthropic's format carries its key in.
-static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 /// Endpoints by provider index, credentials by connection index.
 pub struct Endpoints {

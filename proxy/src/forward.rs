@@ -83,13 +83,14 @@ struct SessionHeaders {
 
 /// The per-request override of `[resilience.session_affinity] ttl_ms`.
 pub const SESSION_TTL_HEADER: &str = "x-ferroute-session-ttl-ms";
+static SESSION_TTL: http::HeaderName = http::HeaderName::from_static(SESSION_TTL_HEADER);
 
 impl SessionHeaders {
     fn read<C: Connect + Clone + Send + Sync + 'static>(
         h: &http::HeaderMap,
         gw: &Gateway<C>,
     ) -> Result<SessionHeaders, ProxyError> {
-        let ttl_ms = match h.get(SESSION_TTL_HEADER) {
+        let ttl_ms = match h.get(&SESSION_TTL) {
             None => gw.config.resilience.session_affinity.ttl_ms.max(0) as u64,
             Some(v) => v
                 .to_str()

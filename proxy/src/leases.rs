@@ -16,7 +16,7 @@ use crate::store::Store;
 use ferroute_core::session::lease::{
     Lease, LeaseError, LeaseState, capacity_retry_after, clamp_ttl, fence, owner_hash, parse_generation, valid_owner,
 };
-use http::{HeaderMap, HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::Connect;
 use serde_json::Value;
@@ -26,6 +26,9 @@ use std::sync::Arc;
 pub const OWNER: &str = "x-ferroute-lease-owner";
 /// Header carrying the lease generation.
 pub const GENERATION: &str = "x-ferroute-lease-generation";
+/// [`OWNER`] and [`GENERATION`] as header names (looked up on every request, not parsed each time).
+static OWNER_HEADER: HeaderName = HeaderName::from_static(OWNER);
+static GENERATION_HEADER: HeaderName = HeaderName::from_static(GENERATION);
 pub use ferroute_core::session::lease::PERMISSION;
 
 /// A lease error as a response.
@@ -182,7 +185,7 @@ fn lease_key(config: &crate::config::Config, headers: &HeaderMap) -> Result<KeyC
 
 /// The owner id of a request, checked.
 fn owner(headers: &HeaderMap) -> Result<String, LeaseError> {
-    let v = headers.get(OWNER).ok_or(LeaseError::ContextRequired)?;
+    let v = headers.get(&OWNER_HEADER).ok_or(LeaseError::ContextRequired)?;
     let v = v.to_str().map_err(|_| LeaseError::ContextInvalid)?.trim();
     valid_owner(v).then(|| owner_hash(v)).ok_or(LeaseError::ContextInvalid)
 }
@@ -365,7 +368,7 @@ pub async fn fence_of<C: Connect + Clone + Send + Sync + 'static>(
     headers: &HeaderMap,
     client: &Client,
 ) -> Result<Option<String>, ProxyError> {
-    let (o, g) = (headers.get(OWNER), headers.get(GENERATION));
+    let (o, g) = (headers.get(&OWNER_HEADER), headers.get(&GENERATION_HEADER));
     if o.is_none() && g.is_none() {
         return Ok(None);
     }
