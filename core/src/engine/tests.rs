@@ -42,6 +42,53 @@ fn a_429_cools_one_key_and_the_next_one_serves() {
 }
 
 #[test]
+fn an_open_breaker_excludes_its_provider_wherever_its_candidates_stand() {
+    // Providers interleaved (a, b, a, b) with a's breaker open: each run of candidates reads
+    // its own provider's breaker, so both of a's are refused and b's are tried in order.
+    let mut now = t0();
+    let mut settings = ResilienceSettings::default();
+    settings.breaker.api_key.dedupe_window_ms = 0;
+    let mut e = Engine::new(settings, 1);
+    let only_a = [Candidate::new("a", ProviderClass::ApiKey, "a1", "m")];
+    for _ in 0..12 {
+        let (i, t) = pick(&mut e, now, &only_a, Strategy::Priority);
+        e.record(now, &only_a[i], "a", t, upstream(503, "unavailable"), false, false, None);
+        now += Duration::from_millis(10);
+    }
+    assert_eq!(e.breaker_state(now, "a"), BreakerState::Open);
+    let mixed = [
+        Candidate::new("a", ProviderClass::ApiKey, "a1", "m"),
+        Candidate::new("b", ProviderClass::ApiKey, "b1", "m"),
+        Candidate::new("a", ProviderClass::ApiKey, "a2", "m"),
+        Candidate::new("b", ProviderClass::ApiKey, "b2", "m"),
+    ];
+    let (i, t) = pick(&mut e, now, &mixed, Strategy::Priority);
+    assert_eq!(mixed[i].connection, "b1");
+    e.record(now, &mixed[i], "b", t, upstream(429, "rate limited"), false, false, None);
+    match e.select(now, &mixed, &Route::new(Strategy::Priority, "k"), &Tried::new()) {
+        Selection::Pick { index, .. } => assert_eq!(mixed[index].connection, "b2"),
+        other => panic!("{other:?}"),
+    }
+    let mut tried = Tried::new();
+    tried.failed(3, "b2", None);
+    match e.select(now, &mixed, &Route::new(Strategy::Priority, "k"), &tried) {
+        Selection::NoneEligible(ex) => {
+            let reasons: Vec<_> = ex.iter().map(|x| (x.index, x.reason)).collect();
+            assert_eq!(
+                reasons,
+                [
+                    (0, ExclusionReason::CircuitOpen),
+                    (1, ExclusionReason::Unavailable),
+                    (2, ExclusionReason::CircuitOpen),
+                    (3, ExclusionReason::Skipped)
+                ]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn provider_failures_open_the_breaker_and_everything_is_excluded() {
     let mut now = t0();
     let mut settings = ResilienceSettings::default();
