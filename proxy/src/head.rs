@@ -45,10 +45,14 @@ pub enum BadBody {
 impl Head {
     /// Reads a body's head in one pass.
     pub fn parse(raw: &[u8]) -> Result<Head, BadBody> {
-        serde_json::from_slice::<Head>(raw).map_err(|e| match e.classify() {
-            // The only value read strictly is the top level, as an object.
-            serde_json::error::Category::Data => BadBody::NotAnObject,
-            _ => BadBody::Invalid(e),
+        serde_json::from_slice::<Head>(raw).map_err(|e| {
+            // A type error at the top level: JSON, but no object. Inside an object nothing is
+            // read strictly, so an error there is the JSON's own (a number out of range, say).
+            let object = raw.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+            match e.classify() {
+                serde_json::error::Category::Data if !object => BadBody::NotAnObject,
+                _ => BadBody::Invalid(e),
+            }
         })
     }
 
@@ -266,7 +270,9 @@ mod tests {
         for text in ["[1]", "\"x\"", "1", "null"] {
             assert!(matches!(Head::parse(text.as_bytes()), Err(BadBody::NotAnObject)), "{text}");
         }
-        for text in ["", "{", r#"{"model":}"#, r#"{"a":1} x"#, r#"{"a":[1,]}"#, "{\"a\":\"\u{1}\"}"] {
+        for text in
+            ["", "{", r#"{"model":}"#, r#"{"a":1} x"#, r#"{"a":[1,]}"#, "{\"a\":\"\u{1}\"}", r#"{"stream":1e400}"#]
+        {
             assert!(matches!(Head::parse(text.as_bytes()), Err(BadBody::Invalid(_))), "{text}");
         }
     }
