@@ -6,12 +6,14 @@
 //! connection); account-level failures cool or terminate the connection and never count toward
 //! the breaker.
 
+mod decision;
 mod scanner;
 #[cfg(test)]
 mod tests;
 mod text;
 mod tools;
 
+pub use decision::{ConnectionEffect, CooldownProfile, Decision, ErrorInput, LockSuggestion};
 pub use tools::tool_limit;
 
 use text::M;
@@ -20,112 +22,8 @@ use crate::hint::{self, HintSource};
 use crate::restate::restate;
 use crate::rules::{self, RuleMatch};
 use crate::settings::OperatorErrorRule;
-use crate::types::{ProviderClass, Reason, Scope, TerminalState, scaled};
+use crate::types::{ProviderClass, Reason, Scope, TerminalState};
 use std::time::Duration;
-
-/// The connection cooldown ladder of one provider class (M3), as classification uses it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CooldownProfile {
-    /// First cooldown.
-    pub base: Duration,
-    /// Highest ladder level.
-    pub max_steps: u32,
-    /// No ladder cooldown exceeds this.
-    pub cap: Duration,
-    /// Whether upstream retry hints replace the ladder.
-    pub use_hints: bool,
-}
-
-impl CooldownProfile {
-    /// `min(base × 2^min(level, steps), cap)`.
-    pub fn scaled(&self, level: u32) -> Duration {
-        scaled(self.base, level.min(self.max_steps)).min(self.cap)
-    }
-
-    /// The level after one more failure.
-    pub fn next_level(&self, level: u32) -> u32 {
-        level.saturating_add(1).min(self.max_steps)
-    }
-}
-
-/// Everything classification looks at.
-#[derive(Debug, Clone, Copy)]
-pub struct ErrorInput<'a> {
-    /// The provider's rule profile (its id, or the profile it declares, e.g. `agentrouter`).
-    pub provider: &'a str,
-    /// The provider's class.
-    pub class: ProviderClass,
-    /// The upstream status.
-    pub status: u16,
-    /// Upstream response headers.
-    pub headers: &'a [(&'a str, &'a str)],
-    /// The upstream error body as text (JSON or not).
-    pub body: &'a str,
-    /// The connection's current backoff level.
-    pub backoff_level: u32,
-    /// Wall clock as Unix milliseconds, for hints that name an instant.
-    pub wall_now_ms: Option<u64>,
-    /// Time until the daily quota resets (the shell knows the calendar); 24 h when unknown.
-    pub until_daily_reset: Option<Duration>,
-}
-
-/// What happens to the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnectionEffect {
-    /// Nothing (provider-level failure, or not the account's fault).
-    None,
-    /// Cool down for `duration`, then store `new_level`.
-    Cooldown {
-        /// How long.
-        duration: Duration,
-        /// The backoff level to store.
-        new_level: u32,
-        /// Where the duration came from, when an upstream hint set it.
-        hint: Option<HintSource>,
-    },
-    /// Enter a terminal state.
-    Terminal(TerminalState),
-    /// An OAuth per-request refusal: the refusal streak decides (5 min, 15 min, then banned).
-    RequestRejected,
-}
-
-/// A suggested model lockout (M6); the lockout settings decide whether it applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LockSuggestion {
-    /// An explicit scope from a rule; otherwise the status decides.
-    pub scope: Option<Scope>,
-    /// A declared cooldown (before capping).
-    pub cooldown: Option<Duration>,
-    /// Whether the cooldown is the upstream's own reset (not capped by `max_cooldown_ms`).
-    pub upstream_reset: bool,
-}
-
-/// The decision for one upstream failure.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    /// Why it failed.
-    pub reason: Reason,
-    /// The status to report (after restatement).
-    pub status: u16,
-    /// The status the upstream sent.
-    pub upstream_status: u16,
-    /// The restatement rule that applied, if any.
-    pub restated_by: Option<&'static str>,
-    /// Retry-After for the client, when one is known.
-    pub client_retry_after: Option<Duration>,
-    /// Whether another connection or target should be tried for this request.
-    pub should_fallback: bool,
-    /// Whether it counts toward the provider breaker.
-    pub trips_breaker: bool,
-    /// What happens to the connection.
-    pub connection: ConnectionEffect,
-    /// A rule's scope, when the provider honours rule scopes.
-    pub rule_scope: Option<Scope>,
-    /// The rule that decided, if any.
-    pub rule_id: Option<String>,
-    /// The lockout this failure suggests.
-    pub lock: LockSuggestion,
-}
 
 /// Statuses that are the provider's fault rather than the account's.
 pub fn is_provider_level_status(status: u16) -> bool {
