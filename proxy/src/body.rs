@@ -14,11 +14,17 @@ pub async fn read_json(
     deadline: Duration,
 ) -> Result<(Bytes, serde_json::Value), ProxyError> {
     let bytes = read_body(req, max, deadline).await?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(invalid_json)?;
+    let v = json_object(&bytes)?;
+    Ok((bytes, v))
+}
+
+/// Parses a body that must be a JSON object.
+pub fn json_object(bytes: &[u8]) -> Result<serde_json::Value, ProxyError> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(invalid_json)?;
     if !v.is_object() {
         return Err(not_an_object());
     }
-    Ok((bytes, v))
+    Ok(v)
 }
 
 /// A body that is not JSON, as a 400 naming the parser's complaint.

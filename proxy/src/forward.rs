@@ -4,7 +4,7 @@
 //! refuse (`refuse`).
 
 use crate::auth::Client;
-use crate::body::{invalid_json, not_an_object, read_body};
+use crate::body::{invalid_json, json_object, not_an_object, read_body};
 use crate::dispatch::dispatch;
 use crate::errors::{Body, ProxyError};
 use crate::exchange::untranslatable;
@@ -135,10 +135,7 @@ fn inbound<C: Connect + Clone + Send + Sync + 'static>(
     headers: ApiHeaders,
 ) -> Result<(Inbound, String, Option<String>), ProxyError> {
     let (head, json) = if api == ClientApi::Responses {
-        let json: serde_json::Value = serde_json::from_slice(&raw).map_err(invalid_json)?;
-        if !json.is_object() {
-            return Err(not_an_object());
-        }
+        let json = json_object(&raw)?;
         (Head::of(&json), Some(json))
     } else {
         let head = Head::parse(&raw).map_err(|e| match e {
