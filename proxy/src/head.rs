@@ -227,7 +227,8 @@ impl JsonBody {
         self.try_get().unwrap_or(&NULL)
     }
 
-    /// The value, to change (`null` when the bytes could not become one).
+    /// The value, to change (`null` when the bytes could not become one: callers that rewrite
+    /// a body check [`JsonBody::try_get`] first).
     pub fn get_mut(&mut self) -> &mut Value {
         if self.try_get().is_err() {
             self.parsed = OnceLock::from(Ok(Value::Null));

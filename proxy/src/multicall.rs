@@ -13,7 +13,7 @@ use crate::exchange::{self, Inbound};
 use crate::gateway::{Gateway, Plan};
 use crate::plan::{ask, plan, prepare_all};
 use crate::resolve::MultiCall;
-use crate::translate::ClientApi;
+use crate::translate::{ClientApi, Untranslatable};
 use http::{HeaderValue, Response};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::Connect;
@@ -40,6 +40,11 @@ pub async fn run<C: Connect + Clone + Send + Sync + 'static>(
     client: &Client,
 ) -> Response<Body> {
     let shape = exchange::error_shape(inbound.api);
+    // Members are sent a rewritten body: one that cannot be read as a value (nested beyond
+    // serde_json's depth limit) is refused here, not sent as an empty request.
+    if let Err(e) = inbound.body.try_get() {
+        return exchange::untranslatable(Untranslatable::invalid("body", e)).into_response_as(shape);
+    }
     let has_tools = inbound.tools > 0;
     if has_tools {
         return routed(gw, Plan { multi: None, ..plan_ }, inbound).await;

@@ -244,6 +244,18 @@ async fn fusion_asks_the_panel_then_the_judge_with_their_answers() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("x-ferroute-combo-members"), None);
     assert_eq!(up.script.requests().len(), before + 1);
+    // A body nested beyond the JSON depth limit cannot be rewritten for the panel: a 400
+    // naming the body, and nothing sent upstream.
+    let deep = format!(
+        r#"{{"model":"panel","messages":[{{"role":"user","content":"x"}}],"metadata":{}1{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let before = up.script.requests().len();
+    let r = send("POST", &gw.url("/v1/chat/completions"), &[], &deep).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["param"], "body", "{}", r.body);
+    assert_eq!(up.script.requests().len(), before, "no member was asked");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
