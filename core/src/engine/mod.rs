@@ -53,6 +53,15 @@ pub struct Engine {
     ids: FxHashSet<Arc<str>>,
     /// Changes collected for other replicas, when sharing (see [`shared`]).
     outbox: Option<Vec<shared::Pending>>,
+    /// Buffers `select` reuses, so that a decision allocates nothing when a candidate is picked.
+    scratch: Scratch,
+}
+
+/// Buffers kept between decisions; their contents mean nothing outside one `select`.
+#[derive(Debug, Clone, Default)]
+struct Scratch {
+    eligible: Vec<usize>,
+    order: Vec<usize>,
 }
 
 /// Cap on undrained events.
@@ -77,6 +86,7 @@ impl Engine {
             events: VecDeque::new(),
             ids: FxHashSet::default(),
             outbox: None,
+            scratch: Scratch::default(),
         }
     }
 
@@ -389,25 +399,31 @@ impl Engine {
             // M5: sessions pinned to a key that failed at the account level move on.
             self.affinity.evict_connection(c.connection);
         }
+        // The connection's interned id, looked up once for every event of this failure.
+        let mut id = None;
         match applied {
             Applied::Cooldown { until, level } => {
-                let connection = self.intern(c.connection);
+                let connection = Arc::clone(id.insert(self.intern(c.connection)));
                 self.push(Event::ConnectionCooldown { connection, until, level, reason: d.reason })
             }
             Applied::Terminal(state) => {
-                let connection = self.intern(c.connection);
+                let connection = Arc::clone(id.insert(self.intern(c.connection)));
                 self.push(Event::ConnectionTerminal { connection, state })
             }
             Applied::Unchanged => {}
         }
         if self.outbox.is_some() && applied != Applied::Unchanged {
-            let connection = self.intern(c.connection);
+            let connection = match &id {
+                Some(a) => Arc::clone(a),
+                None => self.intern(c.connection),
+            };
             self.collect(shared::Pending::Connection { connection, reason: d.reason });
         }
-        self.maybe_lock(now, c, d);
+        self.maybe_lock(now, c, d, id);
     }
 
-    fn maybe_lock(&mut self, now: Instant, c: &Candidate<'_>, d: &Decision) {
+    /// `connection` is `c`'s interned id when the caller has it already.
+    fn maybe_lock(&mut self, now: Instant, c: &Candidate<'_>, d: &Decision, connection: Option<Arc<str>>) {
         let lc = &self.derived.lockout;
         let rule_scope = rule_lock_scope(d.lock.scope);
         // A model-scoped rule always locks (it replaces a connection cooldown); otherwise the
@@ -431,7 +447,8 @@ impl Engine {
             exact_is_upstream_reset: d.lock.upstream_reset && exact.is_some(),
         };
         let cooldown = self.lockouts.record_failure(now, lc, &req);
-        let (provider, connection, model) = (self.intern(c.provider), self.intern(c.connection), self.intern(c.model));
+        let connection = connection.unwrap_or_else(|| self.intern(c.connection));
+        let (provider, model) = (self.intern(c.provider), self.intern(c.model));
         if self.outbox.is_some() {
             let (provider, connection, model) = (Arc::clone(&provider), Arc::clone(&connection), Arc::clone(&model));
             let until = now + cooldown;

@@ -24,7 +24,11 @@ impl Engine {
             return Selection::BudgetSpent { attempts: tried.attempts() };
         }
         let mut excluded = Vec::new();
-        let mut eligible = Vec::with_capacity(candidates.len());
+        // The eligible indices and their order are kept between calls (cleared, not freed).
+        let mut eligible = std::mem::take(&mut self.scratch.eligible);
+        let mut order = std::mem::take(&mut self.scratch.order);
+        eligible.clear();
+        order.clear();
         // A provider's breaker is looked up once for a run of its candidates (the keys of one
         // provider are listed together); nothing changes it while candidates are checked.
         let mut breaker: Option<(&str, Option<(ExclusionReason, Duration)>)> = None;
@@ -55,8 +59,9 @@ impl Engine {
         }
         // Try eligible candidates in strategy order; the breaker may still refuse (a probe
         // slot was taken by the previous candidate of the same provider).
-        let order = self.order(now, candidates, &eligible, route);
-        for i in order {
+        self.order_into(now, candidates, &eligible, route, &mut order);
+        let mut picked = None;
+        for &i in &order {
             let c = &candidates[i];
             match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
                 Admission::Admit(ticket) | Admission::Probe(ticket) => {
@@ -65,15 +70,20 @@ impl Engine {
                     if route.session.is_some() {
                         self.affinity.used(now, c.connection);
                     }
-                    return Selection::Pick { index: i, ticket };
+                    picked = Some(Selection::Pick { index: i, ticket });
+                    break;
                 }
                 Admission::Reject { retry_after } => {
                     excluded.push(Exclusion { index: i, reason: ExclusionReason::CircuitOpen, retry_after })
                 }
             }
         }
-        excluded.sort_by_key(|e| e.index);
-        Selection::NoneEligible(excluded)
+        self.scratch.eligible = eligible;
+        self.scratch.order = order;
+        picked.unwrap_or_else(|| {
+            excluded.sort_by_key(|e| e.index);
+            Selection::NoneEligible(excluded)
+        })
     }
 
     /// The order in which `eligible` candidates are tried: targets by the route's strategy,
@@ -86,10 +96,24 @@ impl Engine {
         eligible: &[usize],
         route: &Route<'_>,
     ) -> Vec<usize> {
-        if eligible.len() <= 1 && route.session.is_none() {
-            return eligible.to_vec();
-        }
         let mut out = Vec::with_capacity(eligible.len());
+        self.order_into(now, candidates, eligible, route, &mut out);
+        out
+    }
+
+    /// [`Engine::order`], appended to `out`.
+    fn order_into<'c>(
+        &mut self,
+        now: Instant,
+        candidates: &[Candidate<'c>],
+        eligible: &[usize],
+        route: &Route<'_>,
+        out: &mut Vec<usize>,
+    ) {
+        if eligible.len() <= 1 && route.session.is_none() {
+            out.extend_from_slice(eligible);
+            return;
+        }
         // M5: a pin is per (session, provider); only the first target of a provider in this
         // order moves it. Later targets of the same provider only read it, so that a combo with
         // several targets on one provider does not re-pin the session once per target.
@@ -98,8 +122,8 @@ impl Engine {
         if let Some(&first) = eligible.first()
             && eligible.iter().all(|&i| candidates[i].traits.target == candidates[first].traits.target)
         {
-            self.order_target(now, candidates, eligible, route, &mut decided, &mut out);
-            return out;
+            self.order_target(now, candidates, eligible, route, &mut decided, out);
+            return;
         }
         // Targets, in first-seen order, each with its eligible candidates.
         let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -111,9 +135,8 @@ impl Engine {
             }
         }
         for g in self.rank_targets(now, candidates, &groups, route) {
-            self.order_target(now, candidates, &groups[g].1, route, &mut decided, &mut out);
+            self.order_target(now, candidates, &groups[g].1, route, &mut decided, out);
         }
-        out
     }
 
     /// Appends one target's eligible connections (`members`) to `out`, in its provider's
