@@ -19,10 +19,11 @@ pub use tools::tool_limit;
 use text::M;
 
 use crate::hint::{self, HintSource};
-use crate::restate::restate;
+use crate::restate::{self, restate};
 use crate::rules::{self, RuleMatch};
 use crate::settings::OperatorErrorRule;
 use crate::types::{ProviderClass, Reason, Scope, TerminalState};
+use std::cell::OnceCell;
 use std::time::Duration;
 
 /// Statuses that are the provider's fault rather than the account's.
@@ -52,14 +53,38 @@ fn lower_case(text: &str) -> String {
     if text.is_ascii() { text.to_ascii_lowercase() } else { text.to_lowercase() }
 }
 
+/// The body lower-cased, made on first use: only restatement and provider or operator rules
+/// read it (the marker scan reads an ASCII body as sent), so most failures never copy it.
+struct Lower<'a> {
+    body: &'a str,
+    copy: OnceCell<String>,
+}
+
+impl<'a> Lower<'a> {
+    fn new(body: &'a str) -> Self {
+        Lower { body, copy: OnceCell::new() }
+    }
+
+    fn get(&self) -> &str {
+        self.copy.get_or_init(|| lower_case(self.body))
+    }
+
+    /// What the marker scan reads: an ASCII body as sent, any other lower-cased.
+    fn for_scan(&self) -> &str {
+        if self.body.is_ascii() { self.body } else { self.get() }
+    }
+}
+
 /// Classifies an upstream error response.
 pub fn classify(input: &ErrorInput<'_>, profile: &CooldownProfile, operator: &[OperatorErrorRule]) -> Decision {
-    let lower = lower_case(input.body);
+    let lower = Lower::new(input.body);
     let upstream_hint = hint::detect(input.headers, input.body, input.wall_now_ms);
-    let restated = restate(input.provider, input.status, &lower, upstream_hint.map(|h| h.wait));
+    // Without restatement rules for this provider nothing is restated, whatever the text.
+    let haystack = if restate::rules_for(input.provider).is_empty() { "" } else { lower.get() };
+    let restated = restate(input.provider, input.status, haystack, upstream_hint.map(|h| h.wait));
     let status = restated.status;
     let mut cx = Cx {
-        sig: text::Signals::scan(&lower),
+        sig: text::Signals::scan(lower.for_scan()),
         structured: None,
         input,
         profile,
@@ -104,7 +129,7 @@ struct Cx<'a> {
     input: &'a ErrorInput<'a>,
     profile: &'a CooldownProfile,
     operator: &'a [OperatorErrorRule],
-    lower: &'a str,
+    lower: &'a Lower<'a>,
     status: u16,
     hint: Option<hint::RetryHint>,
 }
@@ -185,7 +210,6 @@ impl Cx<'_> {
     /// BEHAVIOUR.md §3.5, steps 1–8, with the parts Ferroute has no use for left out.
     fn ordered(&mut self) -> Decision {
         let status = self.status;
-        let lower = self.lower;
         let class = self.input.class;
         // 1. A supervisor says the service is not running: a short cooldown, not the breaker.
         if status == 503
@@ -195,10 +219,12 @@ impl Cx<'_> {
             return self.fixed(Reason::ServiceNotRunning, Duration::from_secs(5));
         }
         // Operator rules come before everything the upstream's text could say.
-        if let Some(m) = rules::find_operator_rule(self.input.provider, status, lower, self.operator) {
+        if !self.operator.is_empty()
+            && let Some(m) = rules::find_operator_rule(self.input.provider, status, self.lower.get(), self.operator)
+        {
             return self.rule_decision(m);
         }
-        if !lower.is_empty()
+        if !self.input.body.is_empty()
             && let Some(d) = self.text_rules()
         {
             return d;
@@ -260,7 +286,14 @@ impl Cx<'_> {
             return None;
         }
         let structured = self.structured_code().to_owned();
-        rules::find_rule(self.input.provider, self.status, self.input.headers, self.lower, &structured, self.operator)
+        rules::find_rule(
+            self.input.provider,
+            self.status,
+            self.input.headers,
+            self.lower.get(),
+            &structured,
+            self.operator,
+        )
     }
 
     /// Step 3: checks on the error text, in order.
@@ -350,8 +383,7 @@ impl Cx<'_> {
 
     /// Step 4a: the text half of the rule table (first match wins).
     fn text_table(&mut self) -> Option<Decision> {
-        let lower = self.lower;
-        if lower.is_empty() {
+        if self.input.body.is_empty() {
             return None;
         }
         // Provider rules may name the reason for backoff rows.

@@ -45,6 +45,13 @@ impl Scanner {
                 reps.push(b);
             }
         }
+        // An ASCII capital no marker uses reads as its small letter: ASCII text needs no
+        // lower-cased copy (and lower-cased text has no capitals, so it reads as before).
+        for b in b'A'..=b'Z' {
+            if !used[usize::from(b)] {
+                classes[usize::from(b)] = classes[usize::from(b.to_ascii_lowercase())];
+            }
+        }
         // Every state reachable from the start, breadth first.
         let start = dfa.start_state(Anchored::No).ok()?;
         let mut states = vec![start];
@@ -99,7 +106,8 @@ impl Scanner {
     }
 
     /// Calls `found(marker, start, end)` for every occurrence of every marker in `text`, in the
-    /// order they end (overlaps and repeats included).
+    /// order they end (overlaps and repeats included). ASCII capitals match the small letters of
+    /// markers written in small letters.
     #[inline]
     pub(super) fn scan(&self, text: &[u8], mut found: impl FnMut(usize, usize, usize)) {
         let (next, classes, match_rows) = (&self.next[..], &self.classes, self.match_rows);
@@ -128,6 +136,20 @@ mod tests {
         let mut seen = Vec::new();
         scanner.scan("ushers 频率".as_bytes(), |m, start, end| seen.push((m, start, end)));
         assert_eq!(seen, vec![(1, 1, 4), (0, 2, 4), (2, 2, 6), (3, 7, 13)]);
+        let mut upper = Vec::new();
+        scanner.scan("uSHErs 频率".as_bytes(), |m, start, end| upper.push((m, start, end)));
+        assert_eq!(upper, seen, "ASCII capitals read as small letters");
+    }
+
+    #[test]
+    fn a_capital_some_marker_uses_keeps_its_own_class() {
+        let markers = ["Ab", "ab"];
+        let dfa = DFA::new(markers).expect("automaton");
+        let scanner = Scanner::new(&markers, &dfa).expect("table");
+        let mut seen = Vec::new();
+        scanner.scan(b"Ab ab AB", |m, start, end| seen.push((m, start, end)));
+        // "AB": 'B' folds to 'b', but 'A' is a marker's own byte and stays itself.
+        assert_eq!(seen, vec![(0, 0, 2), (1, 3, 5), (0, 6, 8)]);
     }
 
     #[test]
