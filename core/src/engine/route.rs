@@ -3,6 +3,7 @@
 //! (M8).
 
 use super::*;
+use crate::strategy::simple::extend_rotated;
 use crate::strategy::{Item, rank, stable_hash};
 use crate::tried::Tried;
 use rand::RngExt;
@@ -173,14 +174,16 @@ impl Engine {
                 Strategy::RoundRobin => self.connection_memory.rotate(first.provider, members.len()),
                 _ => 0,
             };
-            out.extend(members.iter().cycle().skip(start).take(members.len()));
+            extend_rotated(out, members, start);
             return;
         }
         let mut within: Vec<usize> = if strategy == Strategy::Priority {
             members.to_vec()
         } else if strategy == Strategy::RoundRobin {
             let start = self.connection_memory.rotate(first.provider, members.len());
-            members.iter().cycle().skip(start).take(members.len()).copied().collect()
+            let mut rotated = Vec::with_capacity(members.len());
+            extend_rotated(&mut rotated, members, start);
+            rotated
         } else {
             let usage = strategy.reads_usage();
             let items: Vec<Item> = members
