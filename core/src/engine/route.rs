@@ -199,7 +199,7 @@ impl Engine {
                     };
                     if usage {
                         item.load = self.in_flight(c.connection);
-                        item.used = self.usage.dispatched.get(c.connection).copied().unwrap_or(0);
+                        item.used = self.dispatched_count(c.connection);
                         item.quota = self.usage.quotas.get(c.connection).map(|q| q.at(now)).unwrap_or_default();
                     }
                     item
@@ -262,10 +262,7 @@ impl Engine {
                     cost: c.traits.cost,
                     context_window: c.traits.context_window,
                     load: members.iter().map(|&m| self.in_flight(candidates[m].connection)).sum(),
-                    used: members
-                        .iter()
-                        .map(|&m| self.usage.dispatched.get(candidates[m].connection).copied().unwrap_or(0))
-                        .sum(),
+                    used: members.iter().map(|&m| self.dispatched_count(candidates[m].connection)).sum(),
                     quota,
                     health: self.health(now, c.provider),
                     latency_ms: self.usage.latency_ms.get(c.provider).copied(),

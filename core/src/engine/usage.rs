@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 /// reaches [`USAGE_CAP`] keys (ids come from config, so this only guards against misuse).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Usage {
-    pub(super) in_flight: FxHashMap<String, u32>,
-    pub(super) dispatched: FxHashMap<String, u64>,
+    /// Requests in flight and dispatched, per connection (one lookup for both).
+    pub(super) traffic: FxHashMap<String, Traffic>,
     pub(super) last_good: FxHashMap<String, (String, String)>,
     pub(super) latency_ms: FxHashMap<String, f64>,
     pub(super) quotas: FxHashMap<String, QuotaReport>,
@@ -23,6 +23,13 @@ pub(super) struct Usage {
 }
 
 const USAGE_CAP: usize = 10_000;
+
+/// One connection's requests: in flight now, and dispatched since the engine started.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Traffic {
+    pub(super) in_flight: u32,
+    pub(super) dispatched: u64,
+}
 
 fn bounded_insert<K: Hash + Eq, V>(map: &mut FxHashMap<K, V>, key: K, value: V) {
     if map.len() >= USAGE_CAP {
@@ -37,23 +44,29 @@ const LATENCY_ALPHA: f64 = 0.2;
 impl Engine {
     /// Requests in flight on a connection.
     pub fn in_flight(&self, connection: &str) -> u32 {
-        self.usage.in_flight.get(connection).copied().unwrap_or(0)
+        self.usage.traffic.get(connection).map_or(0, |t| t.in_flight)
+    }
+
+    /// Requests dispatched to a connection so far.
+    pub(super) fn dispatched_count(&self, connection: &str) -> u64 {
+        self.usage.traffic.get(connection).map_or(0, |t| t.dispatched)
     }
 
     pub(super) fn dispatched(&mut self, connection: &str) {
-        match self.usage.in_flight.get_mut(connection) {
-            Some(n) => *n = n.saturating_add(1),
-            None => bounded_insert(&mut self.usage.in_flight, connection.to_owned(), 1),
-        }
-        match self.usage.dispatched.get_mut(connection) {
-            Some(n) => *n = n.saturating_add(1),
-            None => bounded_insert(&mut self.usage.dispatched, connection.to_owned(), 1),
+        match self.usage.traffic.get_mut(connection) {
+            Some(t) => {
+                t.in_flight = t.in_flight.saturating_add(1);
+                t.dispatched = t.dispatched.saturating_add(1);
+            }
+            None => {
+                bounded_insert(&mut self.usage.traffic, connection.to_owned(), Traffic { in_flight: 1, dispatched: 1 })
+            }
         }
     }
 
     pub(super) fn finished(&mut self, connection: &str) {
-        if let Some(n) = self.usage.in_flight.get_mut(connection) {
-            *n = n.saturating_sub(1);
+        if let Some(t) = self.usage.traffic.get_mut(connection) {
+            t.in_flight = t.in_flight.saturating_sub(1);
         }
     }
 
