@@ -134,6 +134,47 @@ fn connection_strategy_orders_keys_inside_a_target_and_the_gate_demotes_a_full_o
 }
 
 #[test]
+fn least_used_spreads_finished_requests_by_how_many_each_key_and_target_was_sent() {
+    let now = t0();
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    // Keys of one target: nothing stays in flight, so only the dispatched counts separate them.
+    let keys: Vec<Candidate<'_>> = ["a", "b", "c"]
+        .into_iter()
+        .map(|k| Candidate {
+            traits: Traits { connection_strategy: Strategy::LeastUsed, ..Traits::default() },
+            ..Candidate::new("p", ProviderClass::ApiKey, k, "m")
+        })
+        .collect();
+    let route = Route::new(Strategy::Priority, "direct");
+    let sent: Vec<&str> = (0..4)
+        .map(|_| {
+            let (i, t) = pick(&mut e, now, &keys, &route, &Tried::new());
+            e.record(now, &keys[i], "p", t, AttemptOutcome::Success, false, false, None);
+            keys[i].connection
+        })
+        .collect();
+    assert_eq!(sent, vec!["a", "b", "c", "a"]);
+    // Targets of a combo, one key each: the same, summed per target.
+    let targets: Vec<Candidate<'_>> = [("q", "x"), ("r", "y")]
+        .into_iter()
+        .enumerate()
+        .map(|(t, (p, k))| Candidate {
+            traits: Traits { target: t, ..Traits::default() },
+            ..Candidate::new(p, ProviderClass::ApiKey, k, "m")
+        })
+        .collect();
+    let combo = Route::new(Strategy::LeastUsed, "combo");
+    let sent: Vec<&str> = (0..3)
+        .map(|_| {
+            let (i, t) = pick(&mut e, now, &targets, &combo, &Tried::new());
+            e.record(now, &targets[i], targets[i].provider, t, AttemptOutcome::Success, false, false, None);
+            targets[i].connection
+        })
+        .collect();
+    assert_eq!(sent, vec!["x", "y", "x"]);
+}
+
+#[test]
 fn lkgp_follows_the_last_success() {
     let now = t0();
     let mut e = Engine::new(ResilienceSettings::default(), 1);
