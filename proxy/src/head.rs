@@ -227,15 +227,16 @@ impl JsonBody {
         self.try_get().unwrap_or(&NULL)
     }
 
-    /// The value, to change (`null` when the bytes could not become one: callers that rewrite
-    /// a body check [`JsonBody::try_get`] first).
-    pub fn get_mut(&mut self) -> &mut Value {
-        if self.try_get().is_err() {
-            self.parsed = OnceLock::from(Ok(Value::Null));
+    /// The value, to change: from then on the client's bytes no longer describe the body.
+    /// Bytes that cannot become a value (nested beyond `serde_json`'s depth limit) are an error,
+    /// and the body is left as it was: nothing is ever rewritten from `null`.
+    pub fn try_get_mut(&mut self) -> Result<&mut Value, String> {
+        if let Err(e) = self.try_get() {
+            return Err(e.to_owned());
         }
         self.raw = None;
         match self.parsed.get_mut() {
-            Some(Ok(v)) => v,
+            Some(Ok(v)) => Ok(v),
             _ => unreachable!("parsed above"),
         }
     }
@@ -284,12 +285,15 @@ mod tests {
         assert!(body.parsed.get().is_none());
         assert_eq!(body.get()["n"], 1);
         let mut body = body.clone();
-        body.get_mut()["n"] = 2.into();
+        body.try_get_mut().expect("a value")["n"] = 2.into();
         assert_eq!(body.get()["n"], 2);
         let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
         assert!(Head::parse(deep.as_bytes()).is_ok(), "the head's pass does not limit depth");
         let body = JsonBody::lazy(Bytes::from(deep));
         assert!(body.try_get().is_err_and(|e| e.contains("recursion limit")));
         assert!(body.get().is_null());
+        let mut body = body.clone();
+        assert!(body.try_get_mut().is_err_and(|e| e.contains("recursion limit")), "never rewritten from null");
+        assert!(body.try_get().is_err(), "the body is left as it was");
     }
 }

@@ -86,7 +86,8 @@ fn member(plan_: &Plan, index: usize) -> Plan {
 /// The request as an intermediate call: not streamed (in the body sent upstream too).
 fn quiet(inbound: &Inbound) -> Inbound {
     let mut out = Inbound { stream: false, include_usage: false, raw: None, ..inbound.clone() };
-    if let Some(body) = out.body.get_mut().as_object_mut() {
+    // `run` refused a body that cannot be rewritten before any call was made.
+    if let Some(body) = out.body.try_get_mut().ok().and_then(Value::as_object_mut) {
         body.insert("stream".into(), Value::Bool(false));
         body.remove("stream_options");
     }
@@ -157,7 +158,9 @@ pub fn text_of(api: ClientApi, v: &Value) -> Option<String> {
 pub fn with_turns(inbound: &Inbound, turns: &[(&str, &str)]) -> Inbound {
     let mut out = Inbound { raw: None, ..inbound.clone() };
     let anthropic = exchange::wire(inbound.api) == Format::Anthropic;
-    if let Some(messages) = out.body.get_mut().get_mut("messages").and_then(Value::as_array_mut) {
+    if let Some(messages) =
+        out.body.try_get_mut().ok().and_then(|b| b.get_mut("messages")).and_then(Value::as_array_mut)
+    {
         for (role, text) in turns {
             let last_same = messages.last().and_then(|m| m.get("role")).and_then(Value::as_str) == Some(role);
             if anthropic && last_same {
