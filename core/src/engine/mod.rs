@@ -54,14 +54,7 @@ pub struct Engine {
     /// Changes collected for other replicas, when sharing (see [`shared`]).
     outbox: Option<Vec<shared::Pending>>,
     /// Buffers `select` reuses, so that a decision allocates nothing when a candidate is picked.
-    scratch: Scratch,
-}
-
-/// Buffers kept between decisions; their contents mean nothing outside one `select`.
-#[derive(Debug, Clone, Default)]
-struct Scratch {
-    eligible: Vec<usize>,
-    order: Vec<usize>,
+    scratch: route::Scratch,
 }
 
 /// Cap on undrained events.
@@ -86,7 +79,7 @@ impl Engine {
             events: VecDeque::new(),
             ids: FxHashSet::default(),
             outbox: None,
-            scratch: Scratch::default(),
+            scratch: route::Scratch::default(),
         }
     }
 
