@@ -11,7 +11,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use libfuzzer_sys::fuzz_target;
 use proxy::config::Config;
-use proxy::gateway::Gateway;
+use proxy::state::gateway::Gateway;
 use std::convert::Infallible;
 use std::future::{Ready, ready};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -125,14 +125,14 @@ fuzz_target!(|data: &[u8]| {
         if g.1 % 5_000 == 0 {
             g.0 = w.rt.block_on(async { gateway() });
         }
-        proxy::reload::Serving::new(Arc::clone(&g.0), None)
+        proxy::ops::reload::Serving::new(Arc::clone(&g.0), None)
     };
     let answer = w.rt.block_on(async move {
         let (client, server) = tokio::io::duplex(1 << 16);
         let peer: std::net::SocketAddr = ([127, 0, 0, 1], 40_000).into();
         let svc = service_fn(move |req| {
             let serving = Arc::clone(&gw);
-            async move { Ok::<_, Infallible>(proxy::serve::route(&serving, req, peer).await) }
+            async move { Ok::<_, Infallible>(proxy::edge::serve::route(&serving, req, peer).await) }
         });
         let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(server), svc);
         let served = tokio::spawn(conn);

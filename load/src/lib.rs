@@ -34,7 +34,7 @@ pub async fn start_gateway(upstream: Option<SocketAddr>, data_dir: &std::path::P
         None => Config::embedded(&env, &[]).map_err(|e| anyhow::anyhow!("{e}"))?,
     };
     if config.demo {
-        let demo = proxy::demo::start().await?;
+        let demo = proxy::ops::demo::start().await?;
         for p in &mut config.providers {
             if p.base_url == proxy::config::demo::BASE_URL {
                 p.base_url = format!("http://{demo}/v1");
@@ -45,8 +45,8 @@ pub async fn start_gateway(upstream: Option<SocketAddr>, data_dir: &std::path::P
     let addr = listener.local_addr()?;
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
-    let gw = build(config, http, Persistence::Dir(data_dir.to_owned()), proxy::clock::system_wall_ms(), 1)?;
-    tokio::spawn(proxy::serve::serve_gateway(gw, listener, std::future::pending()));
+    let gw = build(config, http, Persistence::Dir(data_dir.to_owned()), proxy::state::clock::system_wall_ms(), 1)?;
+    tokio::spawn(proxy::edge::serve::serve_gateway(gw, listener, std::future::pending()));
     Ok(addr)
 }
 

@@ -2,45 +2,34 @@
 //!
 //! [`serve`] is generic over the accept source and the upstream connector, so the
 //! deterministic simulation runs this same service over simulated sockets.
+//!
+//! The crate is in rooms by concern, each a folder whose module doc says what it owns and what
+//! it imports. No module depends on itself through others (`tests/tests/layout.rs` checks it):
+//!
+//! | room | owns |
+//! |---|---|
+//! | [`edge`] | the HTTP edge: the accept loop and its routes, body and head reading, client and admin auth, error bodies |
+//! | [`request`] | the request path in the order a request takes it: plan, resolve, exchange, forward, dispatch, multi-call, one upstream attempt, its bookkeeping, the stream relay, refusals |
+//! | [`state`] | the gateway's shared state: the engine behind its lock, admission queues, persistence, clock, event log, metrics |
+//! | [`sessions`] | what a client or an account holds over time: leases and their stores, the usage-limit reset, egress IPs |
+//! | [`replicas`] | several gateways sharing state: the Redis store, the link every change is published through, the follower |
+//! | [`ops`] | operating the gateway: the admin API, config reload, the built-in demo provider |
+//! | [`config`] | the typed configuration, its parsing and validation |
+//! | [`translate`] | pure request, answer and stream translation between the client APIs and provider formats |
 
-pub mod admin;
-pub mod attempt;
-pub mod auth;
-pub mod body;
-pub mod clock;
 pub mod config;
-pub mod demo;
-pub mod dispatch;
-pub mod egress;
-pub mod endpoint;
-pub mod errors;
-mod event_log;
-pub mod exchange;
-pub mod forward;
-pub mod gateway;
-pub mod head;
-pub mod lease_shared;
-pub mod lease_store;
-pub mod leases;
-pub mod metrics;
-pub mod multicall;
-pub mod plan;
-pub mod refuse;
-pub mod reload;
+pub mod edge;
+pub mod ops;
 pub mod replicas;
-pub mod resolve;
-pub mod serve;
-pub mod shared_store;
-pub mod store;
-pub mod stream;
+pub mod request;
+pub mod sessions;
+pub mod state;
 pub mod translate;
-pub mod upstream;
-pub mod usage_reset;
 
-use crate::clock::Clock;
+use crate::state::clock::Clock;
 use crate::config::Config;
-use crate::gateway::Gateway;
-use crate::store::Store;
+use crate::state::gateway::Gateway;
+use crate::state::store::Store;
 use hyper_util::client::legacy::connect::Connect;
 pub use scenarios::net::Listener;
 use std::future::Future;
@@ -84,7 +73,7 @@ pub fn build_observed<C: Connect + Clone + Send + Sync + 'static>(
     persistence: Persistence,
     wall_start_ms: u64,
     seed: u64,
-    tap: Option<gateway::Tap>,
+    tap: Option<state::gateway::Tap>,
 ) -> anyhow::Result<Arc<Gateway<C>>> {
     let store = match persistence {
         Persistence::Dir(dir) => Store::open_dir(&dir)?,
@@ -101,7 +90,7 @@ where
     S: Future<Output = ()>,
 {
     let gw = build(config, connector, opts.persistence, opts.wall_start_ms, opts.seed)?;
-    serve::serve_gateway(gw, listener, opts.shutdown).await;
+    edge::serve::serve_gateway(gw, listener, opts.shutdown).await;
     Ok(())
 }
 

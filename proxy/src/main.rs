@@ -2,10 +2,11 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use proxy::clock::system_wall_ms;
+use proxy::state::clock::system_wall_ms;
 use proxy::config::{Backend, Config, ConfigError, demo, field_error};
-use proxy::reload::{Loader, Serving};
-use proxy::{Persistence, build, https_connector, serve::serve_live};
+use proxy::ops::reload::{Loader, Serving};
+use proxy::edge::serve::serve_live;
+use proxy::{Persistence, build, https_connector};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -119,7 +120,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         tracing::warn!("{w}");
     }
     let demo_addr = if config.demo {
-        let addr = proxy::demo::start().await.context("cannot start the demo provider")?;
+        let addr = proxy::ops::demo::start().await.context("cannot start the demo provider")?;
         tracing::info!(upstream = %addr, "no provider configured: serving the built-in demo providers (demo/echo, demo/tools, demo/flaky; demo-claude/echo and demo-claude/tools speak the Anthropic format)");
         Some(addr)
     } else {
@@ -171,7 +172,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     });
     let serving = Serving::new(gw, Some(loader));
     if state.backend == Backend::Redis {
-        proxy::replicas::start(Arc::clone(&serving), &state)?;
+        proxy::replicas::follow::start(Arc::clone(&serving), &state)?;
     }
     let local = gw_addr(&listener, listen);
     tracing::info!(listen = %local, data_dir = %data_dir.display(), "ferroute listening");
@@ -187,7 +188,7 @@ fn env_vars() -> Vec<(String, String)> {
     std::env::vars().collect()
 }
 
-/// SIGHUP reloads the config (the outcome is logged; see `proxy::reload`).
+/// SIGHUP reloads the config (the outcome is logged; see `proxy::ops::reload`).
 fn reload_on_hangup<C>(serving: Arc<Serving<C>>) -> tokio::task::JoinHandle<()>
 where
     C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,

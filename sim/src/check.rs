@@ -5,7 +5,7 @@ use ferroute_core::breaker::TransitionReason;
 use ferroute_core::engine::Event;
 use ferroute_core::engine::OutcomeKind;
 use ferroute_core::types::{Reason, TerminalState};
-use proxy::gateway::Observed;
+use proxy::state::gateway::Observed;
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use view::View;

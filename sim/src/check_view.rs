@@ -4,7 +4,7 @@
 use super::Recorder;
 use ferroute_core::engine::OutcomeKind;
 use ferroute_core::types::TerminalState;
-use proxy::gateway::Observed;
+use proxy::state::gateway::Observed;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What one gateway has announced: the state its dispatches are checked against.

@@ -32,7 +32,7 @@ pub(crate) fn reload(shared: &Arc<Mutex<Shared>>, f: &scenarios::scenario::Fault
 }
 
 /// The trace line of a reload's outcome.
-pub(crate) fn reload_line(r: Result<proxy::reload::Report, proxy::config::ConfigError>) -> String {
+pub(crate) fn reload_line(r: Result<proxy::ops::reload::Report, proxy::config::ConfigError>) -> String {
     match r {
         Ok(r) => format!(
             "config {} (providers +{:?} -{:?} reset {:?}; connections +{:?} -{:?} reset {:?}; combos +{:?} -{:?})",

@@ -1,6 +1,6 @@
 //! Ferroute's deterministic simulation.
 //!
-//! The real gateway (`proxy::serve`) runs in a turmoil host over simulated sockets; scripted
+//! The real gateway (`proxy::edge::serve`) runs in a turmoil host over simulated sockets; scripted
 //! upstream hosts play faults; client hosts send the scenario's workload. Checkers run as
 //! every event arrives and at every step; a run is replayable from its seed.
 

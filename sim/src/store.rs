@@ -5,7 +5,7 @@
 //! connection and waits at most [`TIMEOUT`] for its answer; `join` keeps one open for the feed.
 
 use futures_util::future::BoxFuture;
-use proxy::shared_store::{Feed, Joined, LeaseReply, SharedStore, StoreError, StoreOp};
+use proxy::replicas::shared_store::{Feed, Joined, LeaseReply, SharedStore, StoreError, StoreOp};
 use scenarios::store::{Request, Write};
 use serde_json::Value;
 use std::sync::Arc;

@@ -11,8 +11,8 @@ use ferroute_core::strategy::stable_hash;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use proxy::gateway::{Gateway, Observed, Tap};
-use proxy::reload::{Loader, Serving};
+use proxy::state::gateway::{Gateway, Observed, Tap};
+use proxy::ops::reload::{Loader, Serving};
 use proxy::{Persistence, build_observed};
 use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -242,11 +242,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                 let serving = Serving::new(gw, Some(loader));
                 if sharing {
                     let store = Arc::new(crate::store::StoreClient::simulated(STORE_HOST, STORE_PORT));
-                    proxy::replicas::start_with(Arc::clone(&serving), store, host.clone());
+                    proxy::replicas::follow::start_with(Arc::clone(&serving), store, host.clone());
                 }
                 if !primary {
                     let listener = SimListener::bind(GATEWAY_PORT).await?;
-                    proxy::serve::serve_live(serving, listener, std::future::pending()).await;
+                    proxy::edge::serve::serve_live(serving, listener, std::future::pending()).await;
                     return Ok(());
                 }
                 // A `reload` fault wakes this task: the reload runs inside the gateway host, on its
@@ -265,7 +265,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                 }
                 lock(&shared).gateway = Some(GatewayHandle { serving: Arc::clone(&serving), base, e0 });
                 let listener = SimListener::bind(GATEWAY_PORT).await?;
-                proxy::serve::serve_live(serving, listener, std::future::pending()).await;
+                proxy::edge::serve::serve_live(serving, listener, std::future::pending()).await;
                 Ok(())
             }
         });

@@ -49,7 +49,7 @@ async fn a_429_with_retry_after_cools_one_key_and_the_other_serves() {
     assert_eq!(provider(&h, "up")["failures"], 0);
     // The cooldown is in the store.
     gw.stop().await;
-    let store = proxy::store::Store::open_dir(dir.path()).expect("store");
+    let store = proxy::state::store::Store::open_dir(dir.path()).expect("store");
     let loaded = store.load().expect("load");
     let (_, snap, _) = loaded.connections.iter().find(|(id, _, _)| id == "k1").expect("k1 persisted");
     assert!(snap.cooldown_remaining_ms > 5_000 && snap.cooldown_remaining_ms <= 7_000, "{snap:?}");

@@ -1,6 +1,6 @@
 //! `[state]`: where resilience state lives. `sqlite` (the default) keeps it in the embedded
 //! store of this gateway alone; `redis` also shares it with every replica that names the same
-//! Redis server and prefix (see `crate::replicas`).
+//! Redis server and prefix (see `crate::replicas::follow`).
 
 use super::{FieldError, err};
 use serde::{Deserialize, Serialize};

@@ -8,7 +8,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use proxy::config::Config;
-use proxy::gateway::Gateway;
+use proxy::state::gateway::Gateway;
 use proxy::{Persistence, build};
 use scenarios::{ScriptedUpstream, serve_upstream};
 use std::net::SocketAddr;
@@ -141,7 +141,7 @@ pub async fn start(config: Config, persistence: Persistence) -> Running {
     let (tx, rx) = oneshot::channel::<()>();
     let g = Arc::clone(&gw);
     let task = tokio::spawn(async move {
-        proxy::serve::serve_gateway(g, listener, async {
+        proxy::edge::serve::serve_gateway(g, listener, async {
             let _ = rx.await;
         })
         .await;

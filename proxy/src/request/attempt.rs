@@ -1,16 +1,15 @@
 //! One upstream attempt's resilience bookkeeping: the breaker ticket and the outcome, recorded
-//! exactly once (a dropped attempt records a neutral outcome), and the headers that name what
-//! served a request.
+//! exactly once (a dropped attempt records a neutral outcome), and the header that names what a
+//! translation dropped (the one naming the connection is [`crate::request::endpoint::SELECTED`]).
 
-use crate::gateway::{Gateway, Target};
+use crate::request::resolve::Target;
+use crate::state::gateway::Gateway;
 use ferroute_core::breaker::Ticket;
 use ferroute_core::classify::Decision;
 use ferroute_core::engine::AttemptOutcome;
 use hyper_util::client::legacy::connect::Connect;
 use std::sync::Arc;
 
-/// Header naming the connection that served (or last failed) a request.
-pub const SELECTED: &str = "x-ferroute-selected-connection-id";
 /// Header naming request fields a translation dropped as advisory.
 pub const DROPPED: &str = "x-ferroute-translation-dropped";
 /// One attempt's resilience bookkeeping; if dropped before an outcome is recorded (the client
@@ -40,7 +39,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
         let now = gw.clock.now();
         let wall = gw.clock.wall_ms(now);
         let kind = outcome.kind();
-        gw.observe(now, crate::gateway::Observed::Outcome { provider: &provider.id, connection: &connection.id, kind });
+        gw.observe(now, crate::state::gateway::Observed::Outcome { provider: &provider.id, connection: &connection.id, kind });
         let d = gw.with_engine(|e| {
             e.record(
                 now,

@@ -5,14 +5,14 @@
 //! lease's `generation` in the body. Errors are `{"error":{"type":"lease_error","code","message"}}`;
 //! no body or log line ever carries an owner id or a key.
 
-use crate::auth::{self, Client};
-use crate::body::read_json;
+use crate::edge::auth::{self, Client};
+use crate::edge::body::read_json;
 use crate::config::KeyConfig;
-use crate::errors::{Body, ProxyError, Source, json_response};
-use crate::gateway::Gateway;
-use crate::lease_shared::SharedLeases;
-use crate::lease_store::Acquired;
-use crate::store::Store;
+use crate::edge::errors::{Body, ProxyError, Source, json_response};
+use crate::state::gateway::Gateway;
+use crate::sessions::lease_shared::SharedLeases;
+use crate::sessions::lease_store::Acquired;
+use crate::state::store::Store;
 use ferroute_core::session::lease::{
     Lease, LeaseError, LeaseState, capacity_retry_after, clamp_ttl, fence, owner_hash, parse_generation, valid_owner,
 };
@@ -214,7 +214,7 @@ fn lifecycle<C: Connect + Clone + Send + Sync + 'static>(
     now_ms: u64,
     with_connection: bool,
 ) -> Value {
-    let at = |ms: u64| crate::clock::rfc3339(ms);
+    let at = |ms: u64| crate::state::clock::rfc3339(ms);
     let mut v = serde_json::json!({
         "state": l.state_at(now_ms).as_str(),
         "generation": l.generation,

@@ -2,9 +2,10 @@
 //! nothing can run, the last upstream failure, and what a combo answer tells the client in its
 //! `X-Ferroute-Combo-*` headers and `diagnostics` / `recovery_hint`.
 
-use crate::attempt::SELECTED;
-use crate::errors::{Body, ErrorShape, ProxyError, Source, retry_after_secs};
-use crate::gateway::{Gateway, Plan};
+use crate::request::endpoint::SELECTED;
+use crate::edge::errors::{Body, ErrorShape, ProxyError, Source, retry_after_secs};
+use crate::request::resolve::Plan;
+use crate::state::gateway::Gateway;
 use ferroute_core::engine::{Exclusion, ExclusionReason, Refusal, refusal};
 use http::{HeaderValue, Response};
 use hyper_util::client::legacy::connect::Connect;

@@ -3,7 +3,7 @@
 //! bodies and decides what the outcome means; this file only speaks HTTP.
 
 use crate::config::{ConnectionConfig, UsageLimitConfig};
-use crate::gateway::Gateway;
+use crate::state::gateway::Gateway;
 use bytes::Bytes;
 use ferroute_core::usage_limit::reset::{self, ResetOutcome};
 use http::{Method, Request};

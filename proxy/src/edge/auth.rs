@@ -1,7 +1,7 @@
 //! Client and admin authentication. Keys are compared in constant time and never logged.
 
 use crate::config::{Config, KeyConfig};
-use crate::errors::{ProxyError, Source};
+use crate::edge::errors::{ProxyError, Source};
 use http::{HeaderMap, HeaderName};
 use std::net::SocketAddr;
 use subtle::ConstantTimeEq;

@@ -3,13 +3,14 @@
 //! its retry budget. At the end of a combo's set it may wait for a short cooldown and go again
 //! (M8), then try the emergency target once (M16), then answer with what happened.
 
-use crate::attempt::Attempt;
-use crate::errors::{Body, ErrorShape, ProxyError, Source};
-use crate::exchange::{self, Inbound};
-use crate::gateway::{Gateway, Plan};
-use crate::plan::{Preps, slot};
-use crate::refuse::{Report, finish, no_target, recovery};
-use crate::upstream::{Failure, Step, attempt_once, failure_error};
+use crate::request::attempt::Attempt;
+use crate::edge::errors::{Body, ErrorShape, ProxyError, Source};
+use crate::request::exchange::{self, Inbound};
+use crate::request::resolve::Plan;
+use crate::state::gateway::Gateway;
+use crate::request::plan::{Preps, slot};
+use crate::request::refuse::{Report, finish, no_target, recovery};
+use crate::request::upstream::{Failure, Step, attempt_once, failure_error};
 use ferroute_core::engine::{Exclusion, Route, Selection};
 use ferroute_core::strategy::Ask;
 use ferroute_core::tried::Tried;
@@ -67,7 +68,7 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
                     if let Some(wait) = wait {
                         // M8: a short transient cooldown ends the set; wait it out and go again.
                         tracing::info!(combo = %plan.key, wait_ms = wait.as_millis() as u64, waits, "waiting for a cooldown before retrying the combo");
-                        gw.observe(now, crate::gateway::Observed::ComboWait { combo: &plan.key, wait });
+                        gw.observe(now, crate::state::gateway::Observed::ComboWait { combo: &plan.key, wait });
                         let until = tokio::time::Instant::from_std(now + wait);
                         tokio::time::sleep_until(until).await;
                         waits += 1;

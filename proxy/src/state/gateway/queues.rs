@@ -1,18 +1,12 @@
 //! The gateway's admission queues (M9, and M7's per-connection semaphores): waiting for a
 //! slot, giving it back, and what health and reloads read of them.
 
-use super::{Gateway, lock};
+use super::{Gateway, QueueEntry, lock};
 use ferroute_core::admission::{AdmissionQueue, Enter, FailMode, Permit, QueueLimits, QueueRejection, WaitExpiry};
 use hyper_util::client::legacy::connect::Connect;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::oneshot;
-
-/// One queue, and how to wake the requests waiting in it.
-pub(super) struct QueueEntry {
-    pub(super) queue: AdmissionQueue,
-    pub(super) wakers: BTreeMap<u64, oneshot::Sender<()>>,
-}
 
 impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// Waits for a slot in queue `key`. Dropping the returned future (client gone) gives its

@@ -1,4 +1,5 @@
-//! Several gateway replicas sharing resilience state through Redis (`[state] backend = "redis"`).
+//! The follower: how a replica joins the shared state, publishes its changes and applies the
+//! others'.
 //!
 //! Each replica keeps deciding from its own core, so the request path never waits on Redis.
 //! What a replica's own outcomes change leaves its core as [`SharedChange`]s; a publisher task
@@ -11,69 +12,17 @@
 //! served on local state; the log says so once, and `/health` and `/metrics` show it.
 
 use crate::config::StateConfig;
-use crate::lease_shared::SharedLeases;
-use crate::reload::Serving;
-use crate::shared_store::{RedisStore, SharedStore, StoreError, StoreOp};
+use crate::sessions::lease_shared::SharedLeases;
+use crate::ops::reload::Serving;
+use super::link::{Envelope, ReplicaStats, Replicas};
+use super::shared_store::{RedisStore, SharedStore, StoreError, StoreOp};
 use ferroute_core::engine::SharedChange;
 use futures_util::StreamExt;
 use hyper_util::client::legacy::connect::Connect;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::mpsc;
-
-/// How a change travels: who sent it, and when (Unix ms), so the receiver can age it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Envelope {
-    /// The sending replica.
-    pub replica: String,
-    /// Wall time when it was taken.
-    pub wall_ms: u64,
-    /// The change.
-    pub change: SharedChange,
-}
-
-impl Envelope {
-    /// The change aged by the time since it was taken (none when the clocks disagree).
-    pub fn aged(self, wall_now_ms: u64) -> SharedChange {
-        self.change.aged(Duration::from_millis(wall_now_ms.saturating_sub(self.wall_ms)))
-    }
-}
-
-/// Counters for `/health` and `/metrics`.
-#[derive(Debug, Default)]
-pub struct ReplicaStats {
-    reachable: AtomicBool,
-    published: AtomicU64,
-    applied: AtomicU64,
-    errors: AtomicU64,
-    dropped: AtomicU64,
-}
-
-impl ReplicaStats {
-    /// Whether the store answered last time it was asked.
-    pub fn reachable(&self) -> bool {
-        self.reachable.load(Ordering::Relaxed)
-    }
-    /// Changes this replica published.
-    pub fn published(&self) -> u64 {
-        self.published.load(Ordering::Relaxed)
-    }
-    /// Changes of other replicas this replica applied.
-    pub fn applied(&self) -> u64 {
-        self.applied.load(Ordering::Relaxed)
-    }
-    /// Failed store operations.
-    pub fn errors(&self) -> u64 {
-        self.errors.load(Ordering::Relaxed)
-    }
-    /// Changes not published (the store was unreachable or the queue full); a resync sends
-    /// the state they changed once the store is back.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
-}
 
 /// Outgoing changes waiting for the publisher; beyond this many, new ones are dropped (and
 /// counted) rather than block a request.
@@ -84,46 +33,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const LIVENESS: Duration = Duration::from_secs(1);
 /// Longest wait for the store's answer to that check.
 const LIVENESS_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// This replica's link to the shared state.
-pub struct Replicas {
-    name: String,
-    stats: Arc<ReplicaStats>,
-    tx: mpsc::Sender<(u64, SharedChange)>,
-    leases: SharedLeases,
-}
-
-impl std::fmt::Debug for Replicas {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Replicas").field("name", &self.name).finish_non_exhaustive()
-    }
-}
-
-impl Replicas {
-    /// This replica's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The leases, held in the same store (see [`crate::lease_shared`]).
-    pub fn leases(&self) -> &SharedLeases {
-        &self.leases
-    }
-
-    /// The counters.
-    pub fn stats(&self) -> &ReplicaStats {
-        &self.stats
-    }
-
-    /// Queues changes taken at `wall_ms` for publishing; never waits.
-    pub fn publish(&self, changes: Vec<SharedChange>, wall_ms: u64) {
-        for ch in changes {
-            if self.tx.try_send((wall_ms, ch)).is_err() {
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
 
 /// Joins the shared state named by `cfg` (its `url` set) in Redis: see [`start_with`]. Fails
 /// only on a URL that does not parse; an unreachable server is retried in the background.
@@ -154,7 +63,7 @@ where
     tokio::spawn(publisher(Arc::clone(&store), name, Arc::clone(&stats), rx));
     tokio::spawn(subscriber(store, serving, Arc::clone(&replicas)));
     tokio::spawn(async move {
-        if let Err(e) = crate::leases::invalidate_stale_shared(&gw).await {
+        if let Err(e) = crate::sessions::leases::invalidate_stale_shared(&gw).await {
             tracing::error!(error = %e, "could not check the shared leases against the config");
         }
     });

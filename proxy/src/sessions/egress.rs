@@ -3,7 +3,8 @@
 //! behind NAT that is not the public IP, and a connection never seen has none, so only the
 //! failing connection cools).
 
-use crate::gateway::{Gateway, Target};
+use crate::request::resolve::Target;
+use crate::state::gateway::Gateway;
 use hyper_util::client::legacy::connect::Connect;
 use std::net::IpAddr;
 

@@ -2,12 +2,14 @@
 //! provider's format, and turn what came back into the client's answer, a fallback, or a
 //! final error.
 
-use crate::attempt::{Attempt, DROPPED, SELECTED};
-use crate::endpoint::SELECTED_HEADER;
-use crate::errors::{Body, ProxyError, Source, full, upstream_message};
-use crate::exchange::{self, Inbound, Prepared};
-use crate::gateway::{Gateway, Slot, Target, seconds_since};
-use crate::stream::{Finalizer, Relay, relay};
+use crate::request::attempt::{Attempt, DROPPED};
+use crate::request::endpoint::{SELECTED, SELECTED_HEADER};
+use crate::edge::errors::{Body, ProxyError, Source, full, upstream_message};
+use crate::request::exchange::{self, Inbound, Prepared};
+use crate::request::resolve::Target;
+use crate::state::gateway::queues::Slot;
+use crate::state::gateway::{Gateway, seconds_since};
+use crate::request::stream::{Finalizer, Relay, relay};
 use crate::translate::ClientApi;
 use bytes::Bytes;
 use ferroute_core::admission::{FailMode, QueueLimits};
@@ -173,7 +175,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         started = gw.clock.now();
         gw.observe(
             started,
-            crate::gateway::Observed::Dispatch {
+            crate::state::gateway::Observed::Dispatch {
                 provider: &provider.id,
                 connection: &connection.id,
                 model: &target.model,
@@ -222,7 +224,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         let seen = Seen { connection: &conn_id, now, wall_ms: wall, status, headers: &unified };
         let mut step = gw.with_engine(|e| e.lane_response(&seen, opts, &mut lane, left));
         if step == LaneStep::TryReset {
-            let outcome = crate::usage_reset::try_reset(&gw, connection, cfg, left.saturating_sub(START_MARGIN)).await;
+            let outcome = crate::sessions::usage_reset::try_reset(&gw, connection, cfg, left.saturating_sub(START_MARGIN)).await;
             let now = gw.clock.now();
             let seen = Seen { now, wall_ms: gw.clock.wall_ms(now), ..seen };
             step = gw.with_engine(|e| e.lane_reset(&seen, outcome, opts, &mut lane));
@@ -345,7 +347,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             conn_id,
         );
     };
-    let siblings = crate::egress::siblings(&gw, &target);
+    let siblings = crate::sessions::egress::siblings(&gw, &target);
     if !siblings.is_empty() {
         let now = gw.clock.now();
         let sib: Vec<(&str, bool)> = siblings.iter().map(|(id, d)| (id.as_str(), *d)).collect();
@@ -393,7 +395,7 @@ fn observe_response<C: Connect + Clone + Send + Sync + 'static, B>(
         }
     });
     if let Some(info) = resp.extensions().get::<hyper_util::client::legacy::connect::HttpInfo>() {
-        crate::egress::observe(gw, target.connection, info.local_addr().ip());
+        crate::sessions::egress::observe(gw, target.connection, info.local_addr().ip());
     }
 }
 

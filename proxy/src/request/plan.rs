@@ -2,11 +2,12 @@
 //! model), keep the connections the client key may use, prepare the request for each provider
 //! format the targets speak, and note what strategies read of the request.
 
-use crate::auth::Client;
+use crate::edge::auth::Client;
 use crate::config::Format;
-use crate::errors::{ProxyError, Source};
-use crate::exchange::{self, Inbound, Prepared, untranslatable};
-use crate::gateway::{Gateway, Plan, Target};
+use crate::edge::errors::{ProxyError, Source};
+use crate::request::exchange::{self, Inbound, Prepared, untranslatable};
+use crate::request::resolve::{Plan, Target};
+use crate::state::gateway::Gateway;
 use crate::translate::Untranslatable;
 use ferroute_core::strategy::{Ask, Strategy, stable_hash};
 use hyper_util::client::legacy::connect::Connect;
@@ -36,7 +37,7 @@ pub fn plan<C: Connect + Clone + Send + Sync + 'static>(
 ) -> Result<(Plan, Preps, Ask), ProxyError> {
     let plan = gw.resolve(model).map_err(|msg| ProxyError::new(Source::Downstream, 404, "model_not_found", msg))?;
     if plan.targets.is_empty() {
-        return Err(crate::refuse::no_executable(&plan));
+        return Err(crate::request::refuse::no_executable(&plan));
     }
     let plan = Plan {
         targets: plan.targets.into_iter().filter(|t| client.may_use(&gw.config.connections[t.connection].id)).collect(),
@@ -55,7 +56,7 @@ pub fn plan<C: Connect + Clone + Send + Sync + 'static>(
             let targets: Vec<_> =
                 plan.targets.into_iter().filter(|t| gw.config.connections[t.connection].id == leased).collect();
             if targets.is_empty() {
-                return Err(crate::leases::refuse(ferroute_core::session::lease::LeaseError::ConnectionMismatch));
+                return Err(crate::sessions::leases::refuse(ferroute_core::session::lease::LeaseError::ConnectionMismatch));
             }
             Plan { targets, ..plan }
         }

@@ -3,7 +3,7 @@
 //! "one active lease per owner" and "one active lease per connection" hold whatever the
 //! interleaving of acquires, and across restarts.
 
-use crate::store::{Store, StoreError};
+use crate::state::store::{Store, StoreError};
 use ferroute_core::session::lease::{Lease, LeaseState};
 use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
 use std::time::Duration;

@@ -1,9 +1,9 @@
 //! Health, admin and model-listing endpoints (M17).
 
-use crate::body::read_json;
-use crate::clock::{ms, rfc3339};
-use crate::errors::{Body, ProxyError, Source, json_response};
-use crate::gateway::Gateway;
+use crate::edge::body::read_json;
+use crate::state::clock::{ms, rfc3339};
+use crate::edge::errors::{Body, ProxyError, Source, json_response};
+use crate::state::gateway::Gateway;
 use ferroute_core::breaker::BreakerState;
 use ferroute_core::types::ConnectionStatus;
 use ferroute_core::usage_limit::LaneView;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 /// One model lockout as the health JSON and the model-cooldowns API show it.
 fn lockout_json(
-    clock: &crate::clock::Clock,
+    clock: &crate::state::clock::Clock,
     l: &ferroute_core::lockout::LockoutEntry,
     now: std::time::Instant,
 ) -> serde_json::Value {
@@ -32,7 +32,7 @@ fn lockout_json(
 
 /// `GET /api/monitoring/health`.
 pub async fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
-    let leases = crate::leases::active(gw).await;
+    let leases = crate::sessions::leases::active(gw).await;
     let now = gw.clock.now();
     let (providers, connections, lockouts, pins) = gw.with_engine(|e| {
         let providers: Vec<serde_json::Value> = gw
@@ -251,7 +251,7 @@ pub fn models<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, anthr
 
 /// `GET /metrics`.
 pub async fn metrics<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
-    let leases = crate::leases::active(gw).await.unwrap_or(0);
+    let leases = crate::sessions::leases::active(gw).await.unwrap_or(0);
     let now = gw.clock.now();
     let pins = gw.with_engine(|e| e.affinity().len(now));
     gw.metrics.sessions(leases, pins);
@@ -281,7 +281,7 @@ pub async fn metrics<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>
             [("published", s.published()), ("applied", s.applied()), ("dropped", s.dropped()), ("error", s.errors())];
         gw.metrics.shared_state(s.reachable(), counts);
     }
-    let mut resp = Response::new(crate::errors::full(gw.metrics.encode()));
+    let mut resp = Response::new(crate::edge::errors::full(gw.metrics.encode()));
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
@@ -296,7 +296,7 @@ pub fn not_found(path: &str) -> Response<Body> {
 
 /// `POST /api/config/reload`: 200 with what changed, or 422 with every problem of the new
 /// config (the running one is kept).
-pub fn reload<C: Connect + Clone + Send + Sync + 'static>(serving: &crate::reload::Serving<C>) -> Response<Body> {
+pub fn reload<C: Connect + Clone + Send + Sync + 'static>(serving: &crate::ops::reload::Serving<C>) -> Response<Body> {
     match serving.reload() {
         Ok(report) => json_response(200, serde_json::to_string(&report).unwrap_or_default()),
         Err(e) => {

@@ -2,8 +2,8 @@
 //! prepared once per provider format, and the answer turned back into the client's API.
 
 use crate::config::Format;
-use crate::errors::ErrorShape;
-use crate::head::{Head, JsonBody};
+use crate::edge::errors::ErrorShape;
+use crate::edge::head::{Head, JsonBody};
 use crate::translate::responses_stream::ChatToResponses;
 use crate::translate::stream::{Chain, ChatToMessages, MessagesToChat, Translate};
 use crate::translate::{Cause, ClientApi, Translated, Untranslatable, chat_messages, messages_chat, passthrough};
@@ -278,11 +278,11 @@ pub fn translator(inb: &Inbound, format: Format) -> Option<Box<dyn Translate>> {
 }
 
 /// A feature the target cannot express, as a 400 naming it.
-pub fn untranslatable(u: Untranslatable) -> crate::errors::ProxyError {
+pub fn untranslatable(u: Untranslatable) -> crate::edge::errors::ProxyError {
     let code = match u.kind {
         Cause::Feature => "untranslatable_feature",
         Cause::Stored => "stored_responses_unsupported",
         Cause::Invalid => "invalid_request",
     };
-    crate::errors::ProxyError::bad_request(code, u.to_string()).with("param", u.feature.into())
+    crate::edge::errors::ProxyError::bad_request(code, u.to_string()).with("param", u.feature.into())
 }

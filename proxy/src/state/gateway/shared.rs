@@ -2,15 +2,15 @@
 //! the operators' emergency switch (which travels to them), and the leases a key may hold.
 
 use super::{EMERGENCY_SETTING, Gateway, Observed};
-use crate::replicas::Replicas;
-use crate::store::StoreError;
+use crate::replicas::link::Replicas;
+use crate::state::store::StoreError;
 use ferroute_core::engine::SharedChange;
 use hyper_util::client::legacy::connect::Connect;
 use std::sync::Arc;
 
 impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// Shares this gateway's resilience state with other replicas from now on (once; see
-    /// [`crate::replicas`]).
+    /// [`crate::replicas::follow`]).
     pub fn share_with(&self, replicas: Arc<Replicas>) {
         let _ = self.replicas.set(replicas);
     }

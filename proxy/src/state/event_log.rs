@@ -1,6 +1,6 @@
 //! The log line of each engine event.
 
-use crate::clock::{Clock, ms};
+use crate::state::clock::{Clock, ms};
 use ferroute_core::engine::Event;
 use ferroute_core::session::PinEvent;
 use ferroute_core::usage_limit::LaneChange;
@@ -13,7 +13,7 @@ pub(crate) fn log_event(ev: &Event, clock: &Clock) {
             tracing::warn!(provider = %t.provider, from = t.from.as_str(), to = t.to.as_str(), reason = ?t.reason, "breaker transition")
         }
         Event::ConnectionCooldown { connection, until, level, reason } => {
-            tracing::info!(%connection, until = %crate::clock::rfc3339(clock.wall_ms(*until)), level, reason = reason.as_str(), "connection cooling down")
+            tracing::info!(%connection, until = %crate::state::clock::rfc3339(clock.wall_ms(*until)), level, reason = reason.as_str(), "connection cooling down")
         }
         Event::ConnectionTerminal { connection, state } => {
             tracing::warn!(%connection, state = state.as_str(), "connection terminal")
@@ -38,7 +38,7 @@ pub(crate) fn log_event(ev: &Event, clock: &Clock) {
         }
         Event::Pin(PinEvent::Dropped { provider, .. }) => tracing::debug!(%provider, "session pin dropped"),
         Event::Lane { connection, change: LaneChange::Accepted { until } } => {
-            tracing::warn!(%connection, until = %crate::clock::rfc3339(clock.wall_ms(*until)), "usage limit: low-priority lane accepted")
+            tracing::warn!(%connection, until = %crate::state::clock::rfc3339(clock.wall_ms(*until)), "usage limit: low-priority lane accepted")
         }
         Event::Lane { connection, change: LaneChange::Ended(why) } => {
             tracing::info!(%connection, reason = why.as_str(), "usage limit: low-priority lane ended")

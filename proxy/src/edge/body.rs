@@ -1,6 +1,6 @@
 //! Reading a client's request body: the size limit, the time limit, and JSON.
 
-use crate::errors::{ProxyError, Source};
+use crate::edge::errors::{ProxyError, Source};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Limited};

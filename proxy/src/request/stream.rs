@@ -1,10 +1,10 @@
 //! SSE relay: chunks go to the client as they arrive (never buffered whole), the M10
 //! watchdog watches the live stream, and finalisation happens exactly once.
 
-use crate::attempt::Attempt;
-use crate::endpoint::SELECTED_HEADER;
-use crate::errors::Body;
-use crate::gateway::Slot;
+use crate::request::attempt::Attempt;
+use crate::request::endpoint::SELECTED_HEADER;
+use crate::edge::errors::Body;
+use crate::state::gateway::queues::Slot;
 use crate::translate::ClientApi;
 use crate::translate::stream::{Event, Translate, error_event, write};
 use bytes::Bytes;
@@ -48,7 +48,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Finalizer<C> {
     /// Takes over an attempt whose response is streaming.
     pub fn new(attempt: Attempt<C>, slots: Vec<Slot<C>>) -> Self {
         attempt.gw.metrics.streams_started.inc();
-        attempt.gw.observe(attempt.gw.clock.now(), crate::gateway::Observed::StreamStarted);
+        attempt.gw.observe(attempt.gw.clock.now(), crate::state::gateway::Observed::StreamStarted);
         Finalizer { attempt, slots, done: false }
     }
 
@@ -71,7 +71,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Finalizer<C> {
         self.attempt.record(outcome);
         self.slots.clear();
         self.attempt.gw.metrics.stream_finalizations.inc();
-        self.attempt.gw.observe(self.attempt.gw.clock.now(), crate::gateway::Observed::StreamFinalized);
+        self.attempt.gw.observe(self.attempt.gw.clock.now(), crate::state::gateway::Observed::StreamFinalized);
         let (p, c) = self.attempt.gw.parts(&self.attempt.target);
         tracing::debug!(provider = %p.id, connection = %c.id, ?end, "stream finalised");
     }

@@ -1,13 +1,15 @@
 //! The gateway's shared state: config, the core engine behind one lock, admission queues,
 //! the store, metrics and the upstream client.
 
-use crate::clock::Clock;
+use crate::state::clock::Clock;
 use crate::config::{Config, ConnectionConfig, ProviderConfig};
-use crate::endpoint::Endpoints;
-use crate::metrics::Metrics;
-use crate::replicas::Replicas;
-use crate::store::{PinWrite, Store, StoreError};
+use crate::request::endpoint::Endpoints;
+use crate::state::metrics::Metrics;
+use crate::replicas::link::Replicas;
+use crate::request::resolve::{Plan, Target};
+use crate::state::store::{PinWrite, Store, StoreError};
 use bytes::Bytes;
+use ferroute_core::admission::AdmissionQueue;
 use ferroute_core::engine::{Candidate, Engine, Event, OutcomeKind, Strategy, Traits};
 use ferroute_core::session::PinEvent;
 use ferroute_core::usage_limit::LaneChange;
@@ -18,11 +20,11 @@ use hyper_util::rt::TokioExecutor;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
 /// The upstream client.
 pub type UpstreamClient<C> = HyperClient<C, Full<Bytes>>;
 
-pub use crate::resolve::{Plan, Target};
 
 /// The store key of the emergency switch (M16).
 pub const EMERGENCY_SETTING: &str = "emergency_fallback.enabled";
@@ -81,7 +83,7 @@ pub type Tap = Box<dyn Fn(Instant, Observed<'_>) + Send + Sync>;
 /// A shared observer (a reloaded gateway keeps its predecessor's).
 type SharedTap = Arc<dyn Fn(Instant, Observed<'_>) + Send + Sync>;
 
-/// The gateway: one config and everything that outlives it. A reload (see [`crate::reload`])
+/// The gateway: one config and everything that outlives it. A reload (see [`crate::ops::reload`])
 /// builds a new `Gateway` for the new config that shares the state of this one (the engine,
 /// queues, store, metrics, counters and upstream client); requests already running keep the
 /// `Gateway` they started with, so their targets stay valid.
@@ -155,7 +157,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         Ok(gw)
     }
 
-    /// A gateway for `config` that shares this one's state (see [`crate::reload`]). Settings
+    /// A gateway for `config` that shares this one's state (see [`crate::ops::reload`]). Settings
     /// reach the engine at once; breakers, connections, lockouts, pins, queues and leases carry
     /// over by id.
     pub fn successor(&self, config: Config) -> Gateway<C> {
@@ -263,7 +265,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             r.publish(shared, self.clock.wall_ms(now));
         }
         for ev in &events {
-            crate::event_log::log_event(ev, &self.clock);
+            crate::state::event_log::log_event(ev, &self.clock);
             if let Event::Lane { connection, change } = ev {
                 let event = match change {
                     LaneChange::Accepted { .. } => "accepted".to_owned(),
@@ -323,9 +325,9 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         }
     }
 
-    /// Resolves a request's `model` (see [`crate::resolve::resolve`]).
+    /// Resolves a request's `model` (see [`crate::request::resolve::resolve`]).
     pub fn resolve(&self, model: &str) -> Result<Plan, String> {
-        crate::resolve::resolve(&self.config, model)
+        crate::request::resolve::resolve(&self.config, model)
     }
 
     /// M16: the emergency target as a plan of its own, when it is configured and switched on.
@@ -333,7 +335,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         if !self.emergency.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
-        crate::resolve::emergency(&self.config, key)
+        crate::request::resolve::emergency(&self.config, key)
     }
 
     /// The provider and connection of a target.
@@ -391,9 +393,11 @@ pub fn seconds_since(start: Instant, now: Instant) -> f64 {
     now.saturating_duration_since(start).as_secs_f64()
 }
 
-#[path = "gateway_queues.rs"]
-mod queues;
-#[path = "gateway_shared.rs"]
+/// One admission queue, and how to wake the requests waiting in it (see [`queues`]).
+struct QueueEntry {
+    queue: AdmissionQueue,
+    wakers: BTreeMap<u64, oneshot::Sender<()>>,
+}
+
+pub mod queues;
 mod shared;
-use queues::QueueEntry;
-pub use queues::Slot;

@@ -5,14 +5,15 @@
 //! skipped rather than failing the request. A request that offers tools bypasses both (a
 //! tool call cannot be merged or improved): it routes over the targets in order.
 
-use crate::auth::Client;
+use crate::edge::auth::Client;
 use crate::config::Format;
-use crate::dispatch::dispatch;
-use crate::errors::{Body, ProxyError, Source, full};
-use crate::exchange::{self, Inbound};
-use crate::gateway::{Gateway, Plan};
-use crate::plan::{ask, plan, prepare_all};
-use crate::resolve::MultiCall;
+use crate::request::dispatch::dispatch;
+use crate::edge::errors::{Body, ProxyError, Source, full};
+use crate::request::exchange::{self, Inbound};
+use crate::request::resolve::Plan;
+use crate::state::gateway::Gateway;
+use crate::request::plan::{ask, plan, prepare_all};
+use crate::request::resolve::MultiCall;
 use crate::translate::{ClientApi, Untranslatable};
 use http::{HeaderValue, Response};
 use http_body_util::BodyExt;
@@ -240,7 +241,7 @@ async fn pipeline<C: Connect + Clone + Send + Sync + 'static>(
     let steps: Vec<usize> =
         (0..plan_.pool.len()).filter(|i| plan_.targets.iter().any(|t| t.target_index == *i)).collect();
     let Some((&last, drafts)) = steps.split_last() else {
-        return Err(crate::refuse::no_executable(&plan_));
+        return Err(crate::request::refuse::no_executable(&plan_));
     };
     let mut current = inbound.clone();
     let mut improved = 0usize;

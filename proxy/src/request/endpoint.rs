@@ -5,7 +5,7 @@
 //! header that names it to the client. A base URL or key that cannot be sent is reported when a
 //! request needs it, as before: a 500 naming the provider.
 
-use crate::auth::X_API_KEY;
+use crate::edge::auth::X_API_KEY;
 use crate::config::{Config, Format};
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use http::uri::Uri;
@@ -19,8 +19,10 @@ pub struct Endpoints {
     selected: Vec<Option<HeaderValue>>,
 }
 
-/// The response header naming the connection that served (or last failed) a request.
-pub static SELECTED_HEADER: HeaderName = HeaderName::from_static(crate::attempt::SELECTED);
+/// Header naming the connection that served (or last failed) a request.
+pub const SELECTED: &str = "x-ferroute-selected-connection-id";
+/// The same, as a header name.
+pub static SELECTED_HEADER: HeaderName = HeaderName::from_static(SELECTED);
 
 /// The path a format's requests are sent to, below the base URL.
 pub fn path(format: Format) -> &'static str {

@@ -13,7 +13,7 @@
 //!   effect at the next restart.
 
 use crate::config::{Config, ConfigError, ConnectionConfig, ProviderConfig};
-use crate::gateway::Gateway;
+use crate::state::gateway::Gateway;
 use hyper_util::client::legacy::connect::Connect;
 use serde::Serialize;
 use std::sync::{Arc, Mutex, RwLock};
@@ -175,7 +175,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
         {
             let shared = Arc::clone(&gw);
             rt.spawn(async move {
-                if let Err(e) = crate::leases::invalidate_stale_shared(&shared).await {
+                if let Err(e) = crate::sessions::leases::invalidate_stale_shared(&shared).await {
                     tracing::error!(error = %e, "could not check the shared leases against the reloaded config");
                 }
             });

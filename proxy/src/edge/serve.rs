@@ -1,13 +1,13 @@
 //! The accept loop and router, generic over the listener and the upstream connector so that
 //! production and simulation run the same service.
 
-use crate::admin;
-use crate::auth;
-use crate::errors::{Body, ErrorShape};
-use crate::exchange;
-use crate::forward::forward;
-use crate::gateway::Gateway;
-use crate::reload::Serving;
+use crate::ops::admin;
+use crate::edge::auth;
+use crate::edge::errors::{Body, ErrorShape};
+use crate::request::exchange;
+use crate::request::forward::forward;
+use crate::state::gateway::Gateway;
+use crate::ops::reload::Serving;
 use crate::translate::ClientApi;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Routes one request on the gateway current when it arrives (it keeps that gateway, and so
-/// its config, to its end; see [`crate::reload`]).
+/// its config, to its end; see [`crate::ops::reload`]).
 pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
     serving: &Serving<C>,
     req: Request<Incoming>,
@@ -76,7 +76,7 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
             Ok(()) => admin::clear_lockouts(gw, req).await,
             Err(e) => e.into_response(),
         },
-        ("/api/v1/session-leases", &Method::POST) => crate::leases::handle(gw, req).await,
+        ("/api/v1/session-leases", &Method::POST) => crate::sessions::leases::handle(gw, req).await,
         ("/api/v1/session-leases", _) => admin::method_not_allowed(&path, "POST"),
         ("/api/resilience/emergency-fallback", &Method::GET | &Method::POST) => {
             match auth::admin(&gw.config, req.headers()) {

@@ -3,15 +3,15 @@
 //! attempt them with fallback, waits and a budget (`dispatch`, `upstream`), and answer or
 //! refuse (`refuse`).
 
-use crate::auth::Client;
-use crate::body::{invalid_json, json_object, not_an_object, read_body};
-use crate::dispatch::dispatch;
-use crate::errors::{Body, ProxyError};
-use crate::exchange::untranslatable;
-use crate::exchange::{self, ApiHeaders, Inbound};
-use crate::gateway::Gateway;
-use crate::head::{BadBody, Head};
-use crate::plan::plan;
+use crate::edge::auth::Client;
+use crate::edge::body::{invalid_json, json_object, not_an_object, read_body};
+use crate::request::dispatch::dispatch;
+use crate::edge::errors::{Body, ProxyError};
+use crate::request::exchange::untranslatable;
+use crate::request::exchange::{self, ApiHeaders, Inbound};
+use crate::state::gateway::Gateway;
+use crate::edge::head::{BadBody, Head};
+use crate::request::plan::plan;
 use crate::translate::ClientApi;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
@@ -36,7 +36,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
     };
     // M14: a fenced request goes to its lease's connection only, or is refused here, before
     // anything is dispatched.
-    let leased = match crate::leases::fence_of(&gw, req.headers(), &client).await {
+    let leased = match crate::sessions::leases::fence_of(&gw, req.headers(), &client).await {
         Ok(l) => l,
         Err(e) => return e.into_response_as(shape),
     };
@@ -62,7 +62,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Err(e) => return e.into_response_as(shape),
     };
     let mut resp = match plan.multi.clone() {
-        Some(multi) => crate::multicall::run(gw, plan, multi, &inbound, &client).await,
+        Some(multi) => crate::request::multicall::run(gw, plan, multi, &inbound, &client).await,
         None => dispatch(gw, plan, &inbound, &mut preps, ask).await,
     };
     if let Some(w) = warning

@@ -1,0 +1,10 @@
+//! Operating the gateway: the [`admin`] API (health, resets, lockouts, the emergency switch),
+//! config [`reload`] without a restart, and the built-in [`demo`] provider the embedded
+//! defaults serve.
+//!
+//! Imports [`crate::state`], [`crate::sessions`], [`crate::edge`]'s vocabulary and
+//! [`crate::config`].
+
+pub mod admin;
+pub mod demo;
+pub mod reload;

@@ -1,0 +1,13 @@
+//! What a client or an account holds over time, beyond one request: a managed client's
+//! [`leases`] (M14) with their SQLite store ([`lease_store`]) and their Redis store for
+//! replicas ([`lease_shared`]), a Claude subscription's weekly usage-limit reset
+//! ([`usage_reset`], M4), and which connections share an egress IP ([`egress`], M13).
+//!
+//! Imports [`crate::state`], [`crate::edge`]'s vocabulary, [`crate::config`] and the shared
+//! store of [`crate::replicas`].
+
+pub mod egress;
+pub mod lease_shared;
+pub mod lease_store;
+pub mod leases;
+pub mod usage_reset;

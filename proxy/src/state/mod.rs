@@ -1,0 +1,14 @@
+//! The gateway's shared state: the [`gateway`] itself (one config, the core engine behind one
+//! lock, the admission queues, the upstream client), where state is persisted ([`store`],
+//! SQLite), the [`clock`] (simulated under the simulation), the [`event_log`] of the core's
+//! changes, and [`metrics`].
+//!
+//! Imports [`crate::config`], the prepared endpoints and resolved targets of
+//! [`crate::request`], and the replica link ([`crate::replicas::link`]) it publishes changes
+//! through; never the rooms that act on a request.
+
+pub mod clock;
+mod event_log;
+pub mod gateway;
+pub mod metrics;
+pub mod store;
