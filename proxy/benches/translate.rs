@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use proxy::config::Format;
-use proxy::request::exchange::{self, ApiHeaders, Inbound};
 use proxy::edge::head::Head;
+use proxy::request::exchange::{self, ApiHeaders, Inbound};
 use proxy::translate::ClientApi;
 use proxy::translate::stream::Event;
 use std::hint::black_box;

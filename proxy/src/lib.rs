@@ -26,8 +26,8 @@ pub mod sessions;
 pub mod state;
 pub mod translate;
 
-use crate::state::clock::Clock;
 use crate::config::Config;
+use crate::state::clock::Clock;
 use crate::state::gateway::Gateway;
 use crate::state::store::Store;
 use hyper_util::client::legacy::connect::Connect;

@@ -2,10 +2,10 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use proxy::state::clock::system_wall_ms;
 use proxy::config::{Backend, Config, ConfigError, demo, field_error};
-use proxy::ops::reload::{Loader, Serving};
 use proxy::edge::serve::serve_live;
+use proxy::ops::reload::{Loader, Serving};
+use proxy::state::clock::system_wall_ms;
 use proxy::{Persistence, build, https_connector};
 use std::path::PathBuf;
 use std::sync::Arc;

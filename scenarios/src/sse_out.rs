@@ -2,13 +2,16 @@
 //! mark), pieces of a fixed size, delays between events, a reset after the last.
 
 use crate::script::{LineEnding, SseEvent};
-use crate::upstream::UpBody;
 use bytes::Bytes;
 use http::{HeaderValue, Response};
 use http_body_util::BodyExt;
 use http_body_util::channel::Channel;
+use http_body_util::combinators::BoxBody;
 use std::io;
 use std::time::Duration;
+
+/// The response body type of the scripted upstream.
+pub type UpBody = BoxBody<Bytes, io::Error>;
 
 /// A stream of whole events with LF line endings.
 pub(crate) fn sse_response(events: Vec<SseEvent>, reset_after: bool) -> Response<UpBody> {

@@ -2,10 +2,9 @@
 
 use crate::net::Listener;
 use crate::script::{Behaviour, Script, SseEvent};
-use crate::sse_out::{Framing, sse_pieces, sse_response};
+use crate::sse_out::{Framing, UpBody, sse_pieces, sse_response};
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -14,9 +13,6 @@ use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// The response body type of the scripted upstream.
-pub type UpBody = BoxBody<Bytes, io::Error>;
 
 /// One request the upstream received (for assertions).
 #[derive(Debug, Clone)]

@@ -6,15 +6,32 @@ use ferroute_core::engine::Event;
 use ferroute_core::engine::OutcomeKind;
 use ferroute_core::types::{Reason, TerminalState};
 use proxy::state::gateway::Observed;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use view::View;
 
 #[path = "outcome.rs"]
 mod outcome;
 #[path = "check_view.rs"]
 mod view;
 pub use outcome::Outcome;
+
+/// What one gateway has announced: the state its dispatches are checked against.
+#[derive(Debug, Default)]
+pub(crate) struct View {
+    pub(super) breaker_open_until: BTreeMap<String, u64>,
+    pub(super) cooling_until: BTreeMap<String, u64>,
+    pub(super) terminal: BTreeMap<String, TerminalState>,
+    /// Announced model lockouts: (provider, connection, model) → until (ms).
+    pub(super) locked_until: BTreeMap<(String, String, String), u64>,
+    /// First sends per client request.
+    pub(super) attempts: BTreeMap<u64, u32>,
+    /// (request, round, provider/model, connection) already sent.
+    pub(super) sent: BTreeSet<(u64, u32, String, String)>,
+    /// The outcome being recorded: (provider, kind, at).
+    pub(super) last_outcome: Option<(String, OutcomeKind, u64)>,
+    /// When other replicas' changes were last applied (what changes then is their doing).
+    pub(super) peers_at: Option<u64>,
+}
 
 /// Simulated milliseconds as seconds: `1.5s`, `60s`.
 pub fn secs(ms: u64) -> String {

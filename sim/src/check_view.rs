@@ -2,28 +2,7 @@
 //! dispatches are held to), and how its log lines and timeline lanes are named.
 
 use super::Recorder;
-use ferroute_core::engine::OutcomeKind;
-use ferroute_core::types::TerminalState;
 use proxy::state::gateway::Observed;
-use std::collections::{BTreeMap, BTreeSet};
-
-/// What one gateway has announced: the state its dispatches are checked against.
-#[derive(Debug, Default)]
-pub(super) struct View {
-    pub(super) breaker_open_until: BTreeMap<String, u64>,
-    pub(super) cooling_until: BTreeMap<String, u64>,
-    pub(super) terminal: BTreeMap<String, TerminalState>,
-    /// Announced model lockouts: (provider, connection, model) → until (ms).
-    pub(super) locked_until: BTreeMap<(String, String, String), u64>,
-    /// First sends per client request.
-    pub(super) attempts: BTreeMap<u64, u32>,
-    /// (request, round, provider/model, connection) already sent.
-    pub(super) sent: BTreeSet<(u64, u32, String, String)>,
-    /// The outcome being recorded: (provider, kind, at).
-    pub(super) last_outcome: Option<(String, OutcomeKind, u64)>,
-    /// When other replicas' changes were last applied (what changes then is their doing).
-    pub(super) peers_at: Option<u64>,
-}
 
 impl Recorder {
     /// Adds a log line of the gateway being observed (named when it is a second replica).

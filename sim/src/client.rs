@@ -3,7 +3,7 @@
 
 use crate::check::Outcome;
 use crate::net::SimConnector;
-use crate::world::{GATEWAY_PORT, SIM_CLIENT_KEY, ms, sim_now};
+use crate::shared::{GATEWAY_PORT, SIM_CLIENT_KEY, ms, sim_now};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

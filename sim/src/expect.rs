@@ -3,7 +3,7 @@
 //! log lines and targets, and that nothing is left in flight.
 
 use crate::check::Outcome;
-use crate::world::{Shared, lock, ms};
+use crate::shared::{Shared, lock, ms};
 use ferroute_core::connection::MAX_ERROR_CHARS;
 use scenarios::scenario::Scenario;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! Faults that are not network links: reloading the gateway's config (and the config text
 //! itself), and the host names every fault must name.
 
-use crate::world::{SIM_CLIENT_KEY, Shared, lock};
+use crate::shared::{SIM_CLIENT_KEY, Shared, lock};
 use proxy::config::Config;
 use scenarios::scenario::{FaultAction, Scenario};
 use std::sync::{Arc, Mutex};
@@ -54,7 +54,7 @@ pub(crate) fn reload_line(r: Result<proxy::ops::reload::Report, proxy::config::C
 pub(crate) fn check_hosts(scenario: &Scenario) -> Result<(), String> {
     let mut hosts = std::collections::BTreeSet::from(["gateway".to_owned()]);
     if !scenario.replicas.is_empty() {
-        hosts.insert(crate::world::STORE_HOST.to_owned());
+        hosts.insert(crate::shared::STORE_HOST.to_owned());
     }
     for r in &scenario.replicas {
         if !hosts.insert(r.clone()) {

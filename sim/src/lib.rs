@@ -10,12 +10,14 @@ mod expect;
 mod faults;
 pub mod net;
 pub mod report;
+pub mod shared;
 pub mod store;
 pub mod svg;
 pub mod swarm;
 pub mod world;
 
-pub use world::{RunResult, run};
+pub use shared::RunResult;
+pub use world::run;
 
 /// Seeds per scenario in `cargo test -p sim` (override with `SIM_SEEDS`).
 pub const DEFAULT_SEEDS: u64 = 3;

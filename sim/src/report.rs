@@ -1,6 +1,6 @@
 //! Human-readable output: failure reports and timelines.
 
-use crate::world::RunResult;
+use crate::shared::RunResult;
 use std::fmt::Write;
 
 /// The failure report: scenario, seed, the first violated property and the replay command.

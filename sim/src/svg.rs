@@ -3,7 +3,7 @@
 //! to answer, on one time axis.
 
 use crate::check::Span;
-use crate::world::RunResult;
+use crate::shared::RunResult;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 

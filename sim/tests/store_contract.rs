@@ -9,10 +9,10 @@ use ferroute_core::session::lease::{Lease, LeaseState};
 use futures_util::StreamExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proxy::replicas::shared_store::{RedisStore, SharedStore, StoreOp};
 use proxy::sessions::lease_shared::SharedLeases;
 use proxy::sessions::lease_store::{Acquired, NoCapacity};
 use proxy::sessions::leases::LeaseBackend;
-use proxy::replicas::shared_store::{RedisStore, SharedStore, StoreOp};
 use proxy::state::store::Store;
 use scenarios::store::{StoreHost, serve_store};
 use sim::store::{Io, StoreClient};
@@ -251,7 +251,11 @@ fn an_unreachable_redis_fails_lease_operations_within_the_timeout() {
     let started = tokio::time::Instant::now();
     let r = rt.block_on(leases.acquire("o1", "team", "m", &conns(1), TTL, 1_000));
     assert!(r.is_err(), "{r:?}");
-    assert!(started.elapsed() <= proxy::sessions::lease_shared::TIMEOUT + Duration::from_millis(500), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() <= proxy::sessions::lease_shared::TIMEOUT + Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 /// What a store must do for replicas: writes apply in order, a joining replica reads the

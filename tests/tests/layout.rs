@@ -399,7 +399,8 @@ impl Reader<'_> {
     }
 
     fn use_leaf(&mut self, mut prefix: Vec<String>, name: String, rename: Option<String>, line: usize, record: bool) {
-        let alias = rename.unwrap_or_else(|| if name == "self" { prefix.last().cloned().unwrap_or_default() } else { name.clone() });
+        let alias = rename
+            .unwrap_or_else(|| if name == "self" { prefix.last().cloned().unwrap_or_default() } else { name.clone() });
         if name != "self" {
             prefix.push(name);
         }

@@ -1,7 +1,9 @@
 //! `[[combos]]` and `[emergency_fallback]`: combo targets as strings or tables, nesting and
 //! cycle checks, and the emergency target (M15, M16).
 
-use super::{Config, err};
+use super::connection::ConnectionConfig;
+use super::error::err;
+use super::provider::ProviderConfig;
 use ferroute_core::settings::FieldError;
 use ferroute_core::strategy::Strategy;
 use serde::{Deserialize, Serialize};
@@ -88,7 +90,21 @@ fn default_strategy() -> String {
 }
 
 /// Checks every combo and the emergency target, naming each problem's field.
-pub(super) fn validate(cfg: &Config, errors: &mut Vec<FieldError>) {
+/// What combo validation reads of the config.
+pub(super) struct Sections<'a> {
+    pub(super) combos: &'a [ComboConfig],
+    pub(super) providers: &'a [ProviderConfig],
+    pub(super) connections: &'a [ConnectionConfig],
+    pub(super) emergency_fallback: &'a EmergencyConfig,
+}
+
+impl Sections<'_> {
+    fn provider(&self, id: &str) -> Option<&ProviderConfig> {
+        self.providers.iter().find(|p| p.id == id)
+    }
+}
+
+pub(super) fn validate(cfg: &Sections<'_>, errors: &mut Vec<FieldError>) {
     let mut combos = BTreeSet::new();
     for (i, c) in cfg.combos.iter().enumerate() {
         let f = |x: &str| format!("combos[{i}].{x}");
@@ -197,7 +213,7 @@ pub(super) fn validate(cfg: &Config, errors: &mut Vec<FieldError>) {
 }
 
 /// How deep a combo nests (1: only provider targets); `Err` names a cycle.
-pub fn combo_depth(cfg: &Config, name: &str, path: &mut Vec<String>) -> Result<usize, Vec<String>> {
+fn combo_depth(cfg: &Sections<'_>, name: &str, path: &mut Vec<String>) -> Result<usize, Vec<String>> {
     if path.iter().any(|p| p == name) {
         let mut cycle = path.clone();
         cycle.push(name.to_owned());

@@ -1,7 +1,9 @@
 //! Ids of the built-in demo, and the demo itself: what the gateway serves when no provider is
 //! configured (no keys needed to see it work).
 
-use super::{ConnectionConfig, Format, ProviderConfig, RawCombo, RawConfig};
+use super::combos::RawCombo;
+use super::connection::ConnectionConfig;
+use super::provider::{Format, ProviderConfig};
 use ferroute_core::types::ProviderClass;
 use std::collections::BTreeMap;
 
@@ -16,8 +18,9 @@ pub const FLAKY_COMBO: &str = "demo/flaky";
 /// Placeholder base URL, replaced with the demo upstream's address at start.
 pub const BASE_URL: &str = "http://demo.invalid/v1";
 
-/// Adds the demo providers, their connections and the flaky combo (no provider configured).
-pub(super) fn add(raw: &mut RawConfig) {
+/// The demo providers, their connections and the flaky combo (added when no provider is
+/// configured).
+pub(super) fn parts() -> (Vec<ProviderConfig>, Vec<ConnectionConfig>, RawCombo) {
     let provider = |id: &str, format: Format, models: &[&str]| ProviderConfig {
         id: id.into(),
         format,
@@ -41,16 +44,21 @@ pub(super) fn add(raw: &mut RawConfig) {
         egress_ip: None,
         usage_limit: None,
     };
-    raw.providers.push(provider(PROVIDER, Format::Openai, &["echo", "tools"]));
-    raw.providers.push(provider(FLAKY_PROVIDER, Format::Openai, &["flaky"]));
-    raw.providers.push(provider(CLAUDE_PROVIDER, Format::Anthropic, &["echo", "tools"]));
-    raw.connections.push(connection("demo-1", PROVIDER));
-    raw.connections.push(connection("demo-flaky-1", FLAKY_PROVIDER));
-    raw.connections.push(connection("demo-claude-1", CLAUDE_PROVIDER));
-    raw.combos.push(RawCombo {
+    let providers = vec![
+        provider(PROVIDER, Format::Openai, &["echo", "tools"]),
+        provider(FLAKY_PROVIDER, Format::Openai, &["flaky"]),
+        provider(CLAUDE_PROVIDER, Format::Anthropic, &["echo", "tools"]),
+    ];
+    let connections = vec![
+        connection("demo-1", PROVIDER),
+        connection("demo-flaky-1", FLAKY_PROVIDER),
+        connection("demo-claude-1", CLAUDE_PROVIDER),
+    ];
+    let combo = RawCombo {
         name: FLAKY_COMBO.into(),
         strategy: "priority".into(),
         targets: vec![toml::Value::String(format!("{}/flaky", FLAKY_PROVIDER))],
         judge: None,
-    });
+    };
+    (providers, connections, combo)
 }

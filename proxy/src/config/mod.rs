@@ -1,12 +1,10 @@
 //! The one typed TOML config, its `env:NAME` secrets, and validation that reports every
 //! problem at once.
 
-use ferroute_core::admission::QueueOverride;
 use ferroute_core::settings::{ConfigError as CoreConfigError, FieldError, ResilienceSettings};
 use ferroute_core::types::ProviderClass;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-use std::fmt;
 use std::net::SocketAddr;
 
 /// Default listen address: loopback only.
@@ -15,29 +13,6 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 pub const DEFAULT_DATA_DIR: &str = "./ferroute-data";
 /// Default request body limit: 10 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
-
-/// A config that failed to load: every problem, each naming its field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError(pub Vec<FieldError>);
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "invalid config ({} problem{}):", self.0.len(), if self.0.len() == 1 { "" } else { "s" })?;
-        for e in &self.0 {
-            writeln!(f, "  - {e}")?;
-        }
-        Ok(())
-    }
-}
-
-/// One problem with one field.
-pub fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-    err(field, message)
-}
-
-fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-    FieldError { field: field.into(), message: message.into() }
-}
 
 /// `[server]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,73 +74,6 @@ impl KeyConfig {
     /// `allowed_connections` (leases need an explicit list).
     pub fn may_lease_connection(&self, connection: &str) -> bool {
         self.may_lease() && self.allowed_connections.iter().any(|c| c == connection)
-    }
-}
-
-/// `[[connections]]`: one key or account of a provider.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConnectionConfig {
-    /// Id.
-    pub id: String,
-    /// The provider id.
-    pub provider: String,
-    /// Credential (`env:NAME` reads a variable); local providers may have none.
-    #[serde(default)]
-    pub api_key: Option<String>,
-    /// Concurrent requests allowed (empty = unlimited).
-    #[serde(default)]
-    pub max_concurrent: Option<u32>,
-    /// Never cool this connection down (terminal states still apply).
-    #[serde(default)]
-    pub disable_cooling: bool,
-    /// Per-connection queue overrides.
-    #[serde(default)]
-    pub request_queue: Option<QueueOverride>,
-    /// Weight among the provider's connections (`connection_strategy = "weighted"`; 1).
-    #[serde(default)]
-    pub weight: Option<u32>,
-    /// M13: the source IP this connection's requests leave from, when known (siblings with
-    /// the same IP share an IP-bucketed quota). Without it the last observed local address is
-    /// used.
-    #[serde(default)]
-    pub egress_ip: Option<String>,
-    /// M4: Claude usage-limit handling (anthropic-format providers; both off by default).
-    #[serde(default)]
-    pub usage_limit: Option<UsageLimitConfig>,
-}
-
-/// `[connections.usage_limit]`: what a Claude subscription's usage-limit 429 may trigger.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UsageLimitConfig {
-    /// Accept the low-priority offer and keep sending on this account with
-    /// `anthropic-usage-limit: slow` until the window resets.
-    #[serde(default)]
-    pub low_priority_lane: bool,
-    /// Try the once-a-week session-limit reset first (needs `organization`).
-    #[serde(default)]
-    pub limit_reset: bool,
-    /// Base URL of the usage and reset endpoints (default `https://api.anthropic.com`).
-    #[serde(default)]
-    pub reset_base_url: Option<String>,
-    /// The account's organization UUID (the reset endpoint's path).
-    #[serde(default)]
-    pub organization: Option<String>,
-}
-
-impl UsageLimitConfig {
-    /// What the core is asked to do.
-    pub fn options(&self) -> ferroute_core::usage_limit::Options {
-        ferroute_core::usage_limit::Options { lane: self.low_priority_lane, reset: self.limit_reset }
-    }
-
-    /// The usage/reset endpoints' base URL, without a trailing slash.
-    pub fn base_url(&self) -> &str {
-        self.reset_base_url
-            .as_deref()
-            .unwrap_or(ferroute_core::usage_limit::reset::DEFAULT_BASE_URL)
-            .trim_end_matches('/')
     }
 }
 
@@ -254,7 +162,10 @@ impl Config {
         });
         let demo = raw.providers.is_empty();
         if demo {
-            demo::add(&mut raw);
+            let (providers, connections, combo) = demo::parts();
+            raw.providers.extend(providers);
+            raw.connections.extend(connections);
+            raw.combos.push(combo);
         }
         let mut resolve = |field: String, value: &str| -> Option<String> {
             match value.strip_prefix("env:") {
@@ -410,7 +321,13 @@ impl Config {
                 }
             }
         }
-        combos::validate(self, errors);
+        let sections = combos::Sections {
+            combos: &self.combos,
+            providers: &self.providers,
+            connections: &self.connections,
+            emergency_fallback: &self.emergency_fallback,
+        };
+        combos::validate(&sections, errors);
     }
 
     /// Problems that do not stop the gateway.
@@ -441,10 +358,15 @@ fn core_errors(e: CoreConfigError, prefix: &str) -> Vec<FieldError> {
 }
 
 mod combos;
+mod connection;
 pub mod demo;
+mod error;
 mod provider;
 mod state;
 
+pub use connection::{ConnectionConfig, UsageLimitConfig};
+use error::err;
+pub use error::{ConfigError, field_error};
 pub use provider::{Format, ProviderConfig};
 pub use state::{Backend, StateConfig};
 

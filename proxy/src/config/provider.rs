@@ -1,7 +1,7 @@
 //! `[[providers]]`: an upstream's wire format, class, models and the settings routing and
 //! resilience read per provider, and their validation.
 
-use super::err;
+use super::error::err;
 use ferroute_core::settings::FieldError;
 use ferroute_core::strategy::Strategy;
 use ferroute_core::types::ProviderClass;

@@ -2,7 +2,8 @@
 //! store of this gateway alone; `redis` also shares it with every replica that names the same
 //! Redis server and prefix (see `crate::replicas::follow`).
 
-use super::{FieldError, err};
+use super::error::err;
+use ferroute_core::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// The state backend.

@@ -1,13 +1,13 @@
 //! The accept loop and router, generic over the listener and the upstream connector so that
 //! production and simulation run the same service.
 
-use crate::ops::admin;
 use crate::edge::auth;
 use crate::edge::errors::{Body, ErrorShape};
+use crate::ops::admin;
+use crate::ops::reload::Serving;
 use crate::request::exchange;
 use crate::request::forward::forward;
 use crate::state::gateway::Gateway;
-use crate::ops::reload::Serving;
 use crate::translate::ClientApi;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;

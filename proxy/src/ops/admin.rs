@@ -1,8 +1,8 @@
 //! Health, admin and model-listing endpoints (M17).
 
 use crate::edge::body::read_json;
-use crate::state::clock::{ms, rfc3339};
 use crate::edge::errors::{Body, ProxyError, Source, json_response};
+use crate::state::clock::{ms, rfc3339};
 use crate::state::gateway::Gateway;
 use ferroute_core::breaker::BreakerState;
 use ferroute_core::types::ConnectionStatus;

@@ -11,11 +11,11 @@
 //! that what it learned alone reaches the others. While Redis is unreachable requests are
 //! served on local state; the log says so once, and `/health` and `/metrics` show it.
 
-use crate::config::StateConfig;
-use crate::sessions::lease_shared::SharedLeases;
-use crate::ops::reload::Serving;
 use super::link::{Envelope, ReplicaStats, Replicas};
 use super::shared_store::{RedisStore, SharedStore, StoreError, StoreOp};
+use crate::config::StateConfig;
+use crate::ops::reload::Serving;
+use crate::sessions::lease_shared::SharedLeases;
 use ferroute_core::engine::SharedChange;
 use futures_util::StreamExt;
 use hyper_util::client::legacy::connect::Connect;

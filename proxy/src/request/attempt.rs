@@ -39,7 +39,10 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
         let now = gw.clock.now();
         let wall = gw.clock.wall_ms(now);
         let kind = outcome.kind();
-        gw.observe(now, crate::state::gateway::Observed::Outcome { provider: &provider.id, connection: &connection.id, kind });
+        gw.observe(
+            now,
+            crate::state::gateway::Observed::Outcome { provider: &provider.id, connection: &connection.id, kind },
+        );
         let d = gw.with_engine(|e| {
             e.record(
                 now,

@@ -3,14 +3,14 @@
 //! its retry budget. At the end of a combo's set it may wait for a short cooldown and go again
 //! (M8), then try the emergency target once (M16), then answer with what happened.
 
-use crate::request::attempt::Attempt;
 use crate::edge::errors::{Body, ErrorShape, ProxyError, Source};
+use crate::request::attempt::Attempt;
 use crate::request::exchange::{self, Inbound};
-use crate::request::resolve::Plan;
-use crate::state::gateway::Gateway;
 use crate::request::plan::{Preps, slot};
 use crate::request::refuse::{Report, finish, no_target, recovery};
+use crate::request::resolve::Plan;
 use crate::request::upstream::{Failure, Step, attempt_once, failure_error};
+use crate::state::gateway::Gateway;
 use ferroute_core::engine::{Exclusion, Route, Selection};
 use ferroute_core::strategy::Ask;
 use ferroute_core::tried::Tried;

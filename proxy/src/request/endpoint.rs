@@ -5,8 +5,8 @@
 //! header that names it to the client. A base URL or key that cannot be sent is reported when a
 //! request needs it, as before: a 500 naming the provider.
 
-use crate::edge::auth::X_API_KEY;
 use crate::config::{Config, Format};
+use crate::edge::auth::X_API_KEY;
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use http::uri::Uri;
 

@@ -5,13 +5,13 @@
 
 use crate::edge::auth::Client;
 use crate::edge::body::{invalid_json, json_object, not_an_object, read_body};
-use crate::request::dispatch::dispatch;
 use crate::edge::errors::{Body, ProxyError};
+use crate::edge::head::{BadBody, Head};
+use crate::request::dispatch::dispatch;
 use crate::request::exchange::untranslatable;
 use crate::request::exchange::{self, ApiHeaders, Inbound};
-use crate::state::gateway::Gateway;
-use crate::edge::head::{BadBody, Head};
 use crate::request::plan::plan;
+use crate::state::gateway::Gateway;
 use crate::translate::ClientApi;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};

@@ -5,15 +5,15 @@
 //! skipped rather than failing the request. A request that offers tools bypasses both (a
 //! tool call cannot be merged or improved): it routes over the targets in order.
 
-use crate::edge::auth::Client;
 use crate::config::Format;
-use crate::request::dispatch::dispatch;
+use crate::edge::auth::Client;
 use crate::edge::errors::{Body, ProxyError, Source, full};
+use crate::request::dispatch::dispatch;
 use crate::request::exchange::{self, Inbound};
-use crate::request::resolve::Plan;
-use crate::state::gateway::Gateway;
 use crate::request::plan::{ask, plan, prepare_all};
 use crate::request::resolve::MultiCall;
+use crate::request::resolve::Plan;
+use crate::state::gateway::Gateway;
 use crate::translate::{ClientApi, Untranslatable};
 use http::{HeaderValue, Response};
 use http_body_util::BodyExt;

@@ -2,8 +2,8 @@
 //! model), keep the connections the client key may use, prepare the request for each provider
 //! format the targets speak, and note what strategies read of the request.
 
-use crate::edge::auth::Client;
 use crate::config::Format;
+use crate::edge::auth::Client;
 use crate::edge::errors::{ProxyError, Source};
 use crate::request::exchange::{self, Inbound, Prepared, untranslatable};
 use crate::request::resolve::{Plan, Target};
@@ -56,7 +56,9 @@ pub fn plan<C: Connect + Clone + Send + Sync + 'static>(
             let targets: Vec<_> =
                 plan.targets.into_iter().filter(|t| gw.config.connections[t.connection].id == leased).collect();
             if targets.is_empty() {
-                return Err(crate::sessions::leases::refuse(ferroute_core::session::lease::LeaseError::ConnectionMismatch));
+                return Err(crate::sessions::leases::refuse(
+                    ferroute_core::session::lease::LeaseError::ConnectionMismatch,
+                ));
             }
             Plan { targets, ..plan }
         }

@@ -2,8 +2,8 @@
 //! nothing can run, the last upstream failure, and what a combo answer tells the client in its
 //! `X-Ferroute-Combo-*` headers and `diagnostics` / `recovery_hint`.
 
-use crate::request::endpoint::SELECTED;
 use crate::edge::errors::{Body, ErrorShape, ProxyError, Source, retry_after_secs};
+use crate::request::endpoint::SELECTED;
 use crate::request::resolve::Plan;
 use crate::state::gateway::Gateway;
 use ferroute_core::engine::{Exclusion, ExclusionReason, Refusal, refusal};

@@ -1,9 +1,9 @@
 //! SSE relay: chunks go to the client as they arrive (never buffered whole), the M10
 //! watchdog watches the live stream, and finalisation happens exactly once.
 
+use crate::edge::errors::Body;
 use crate::request::attempt::Attempt;
 use crate::request::endpoint::SELECTED_HEADER;
-use crate::edge::errors::Body;
 use crate::state::gateway::queues::Slot;
 use crate::translate::ClientApi;
 use crate::translate::stream::{Event, Translate, error_event, write};

@@ -2,14 +2,14 @@
 //! provider's format, and turn what came back into the client's answer, a fallback, or a
 //! final error.
 
+use crate::edge::errors::{Body, ProxyError, Source, full, upstream_message};
 use crate::request::attempt::{Attempt, DROPPED};
 use crate::request::endpoint::{SELECTED, SELECTED_HEADER};
-use crate::edge::errors::{Body, ProxyError, Source, full, upstream_message};
 use crate::request::exchange::{self, Inbound, Prepared};
 use crate::request::resolve::Target;
+use crate::request::stream::{Finalizer, Relay, relay};
 use crate::state::gateway::queues::Slot;
 use crate::state::gateway::{Gateway, seconds_since};
-use crate::request::stream::{Finalizer, Relay, relay};
 use crate::translate::ClientApi;
 use bytes::Bytes;
 use ferroute_core::admission::{FailMode, QueueLimits};
@@ -224,7 +224,8 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         let seen = Seen { connection: &conn_id, now, wall_ms: wall, status, headers: &unified };
         let mut step = gw.with_engine(|e| e.lane_response(&seen, opts, &mut lane, left));
         if step == LaneStep::TryReset {
-            let outcome = crate::sessions::usage_reset::try_reset(&gw, connection, cfg, left.saturating_sub(START_MARGIN)).await;
+            let outcome =
+                crate::sessions::usage_reset::try_reset(&gw, connection, cfg, left.saturating_sub(START_MARGIN)).await;
             let now = gw.clock.now();
             let seen = Seen { now, wall_ms: gw.clock.wall_ms(now), ..seen };
             step = gw.with_engine(|e| e.lane_reset(&seen, outcome, opts, &mut lane));

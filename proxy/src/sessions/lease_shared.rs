@@ -8,8 +8,8 @@
 //!
 //! An ended lease stays readable (its state, for `status`) for [`RETAIN`]; SQLite keeps them.
 
-use crate::sessions::lease_store::{Acquired, NoCapacity};
 use crate::replicas::shared_store::{LeaseReply, SharedStore, StoreError};
+use crate::sessions::lease_store::{Acquired, NoCapacity};
 use ferroute_core::session::lease::{Lease, LeaseState};
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,13 +5,13 @@
 //! lease's `generation` in the body. Errors are `{"error":{"type":"lease_error","code","message"}}`;
 //! no body or log line ever carries an owner id or a key.
 
+use crate::config::KeyConfig;
 use crate::edge::auth::{self, Client};
 use crate::edge::body::read_json;
-use crate::config::KeyConfig;
 use crate::edge::errors::{Body, ProxyError, Source, json_response};
-use crate::state::gateway::Gateway;
 use crate::sessions::lease_shared::SharedLeases;
 use crate::sessions::lease_store::Acquired;
+use crate::state::gateway::Gateway;
 use crate::state::store::Store;
 use ferroute_core::session::lease::{
     Lease, LeaseError, LeaseState, capacity_retry_after, clamp_ttl, fence, owner_hash, parse_generation, valid_owner,

@@ -3,7 +3,9 @@
 //! panic or write broken JSON.
 
 use super::responses_stream::ChatToResponses;
-use super::stream::{ChatToMessages, MessagesToChat, Translate};
+use super::stream::Translate;
+use super::stream_chat::MessagesToChat;
+use super::stream_messages::ChatToMessages;
 use super::tests::{anthropic_tool_stream, openai_tool_stream, parsed, reassemble_chat, run};
 use super::{chat_messages, messages_chat, responses};
 use proptest::prelude::*;

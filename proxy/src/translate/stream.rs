@@ -7,8 +7,6 @@
 
 use super::ClientApi;
 use super::str_of;
-pub use super::stream_chat::MessagesToChat;
-pub use super::stream_messages::ChatToMessages;
 use super::wire::ChatCompletion;
 use serde_json::{Value, json};
 

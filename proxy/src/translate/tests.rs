@@ -3,7 +3,9 @@
 //! `properties.rs`; the fixtures and helpers here serve both.
 
 use super::responses_stream::ChatToResponses;
-use super::stream::{ChatToMessages, Event, MessagesToChat, Translate};
+use super::stream::{Event, Translate};
+use super::stream_chat::MessagesToChat;
+use super::stream_messages::ChatToMessages;
 use super::{chat_messages, messages_chat, responses};
 use serde_json::{Value, json};
 

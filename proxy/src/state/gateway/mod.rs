@@ -1,12 +1,12 @@
 //! The gateway's shared state: config, the core engine behind one lock, admission queues,
 //! the store, metrics and the upstream client.
 
-use crate::state::clock::Clock;
 use crate::config::{Config, ConnectionConfig, ProviderConfig};
-use crate::request::endpoint::Endpoints;
-use crate::state::metrics::Metrics;
 use crate::replicas::link::Replicas;
+use crate::request::endpoint::Endpoints;
 use crate::request::resolve::{Plan, Target};
+use crate::state::clock::Clock;
+use crate::state::metrics::Metrics;
 use crate::state::store::{PinWrite, Store, StoreError};
 use bytes::Bytes;
 use ferroute_core::admission::AdmissionQueue;
@@ -24,7 +24,6 @@ use tokio::sync::oneshot;
 
 /// The upstream client.
 pub type UpstreamClient<C> = HyperClient<C, Full<Bytes>>;
-
 
 /// The store key of the emergency switch (M16).
 pub const EMERGENCY_SETTING: &str = "emergency_fallback.enabled";
