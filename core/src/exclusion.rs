@@ -2,7 +2,7 @@
 //! when nothing can run: the vocabulary the engine and the shell share for "no".
 
 use crate::breaker::Ticket;
-use crate::engine::Candidate;
+use crate::engine::candidate::Candidate;
 use crate::types::TerminalState;
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -5,12 +5,10 @@
 //! timer, and reading the state after the reset timeout yields `HalfOpen`. Time always comes in
 //! as `now`.
 
-mod registry;
+pub mod registry;
 mod replica;
 #[cfg(test)]
 mod tests;
-
-pub use registry::{BreakerRegistry, BreakerTransition};
 
 use crate::types::scaled;
 use serde::{Deserialize, Serialize};

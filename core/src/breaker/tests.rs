@@ -1,6 +1,7 @@
 //! Breaker unit tests: SPEC M1 rows and BEHAVIOUR.md §12.1–§12.4, plus a model-based proptest.
 
 use super::*;
+use crate::breaker::registry::BreakerRegistry;
 use crate::testutil::t0;
 use proptest::prelude::*;
 

@@ -1,6 +1,6 @@
 //! What leaves the engine: one event per state change.
 
-use crate::breaker::BreakerTransition;
+use crate::breaker::registry::BreakerTransition;
 use crate::session::PinEvent;
 use crate::types::{Reason, TerminalState};
 use crate::usage_limit::LaneChange;

@@ -5,7 +5,8 @@
 //! provider cooldown tracker, and says what the client should see. Production and simulation
 //! call the same methods.
 
-use crate::breaker::{Admission, BreakerRegistry, BreakerState, Outcome, Ticket};
+use crate::breaker::registry::BreakerRegistry;
+use crate::breaker::{Admission, BreakerState, Outcome, Ticket};
 use crate::classify::{ConnectionEffect, Decision, ErrorInput, classify, classify_transport};
 use crate::connection::{Applied, Availability, ConnectionSnapshot, ConnectionState};
 use crate::lockout::{LockRequest, ModelLockouts, rule_lock_scope};
@@ -52,9 +53,9 @@ pub struct Engine {
     /// allocating on every failure.
     ids: FxHashSet<Arc<str>>,
     /// Changes collected for other replicas, when sharing (see [`shared`]).
-    outbox: Option<Vec<shared::Pending>>,
+    outbox: Option<Vec<change::Pending>>,
     /// Buffers `select` reuses, so that a decision allocates nothing when a candidate is picked.
-    scratch: route::Scratch,
+    scratch: memory::Scratch,
 }
 
 /// Cap on undrained events.
@@ -79,7 +80,7 @@ impl Engine {
             events: VecDeque::new(),
             ids: FxHashSet::default(),
             outbox: None,
-            scratch: route::Scratch::default(),
+            scratch: memory::Scratch::default(),
         }
     }
 
@@ -195,7 +196,7 @@ impl Engine {
         }
         if let Some(p) = self.affinity.poll_event() {
             if self.is_sharing() {
-                self.collect(shared::Pending::Pin(p.clone()));
+                self.collect(change::Pending::Pin(p.clone()));
             }
             return Some(Event::Pin(p));
         }
@@ -377,7 +378,7 @@ impl Engine {
         self.breakers.get_or_insert(c.provider, bcfg, now).handle_outcome(now, ticket, breaker_outcome);
         if self.outbox.is_some() && matches!(breaker_outcome, Outcome::Failure { .. }) {
             let (provider, connection) = (self.intern(c.provider), self.intern(c.connection));
-            self.collect(shared::Pending::Failure { provider, connection });
+            self.collect(change::Pending::Failure { provider, connection });
         }
         let pc = &self.derived.provider_cooldown;
         if pc.enabled {
@@ -410,7 +411,7 @@ impl Engine {
                 Some(a) => Arc::clone(a),
                 None => self.intern(c.connection),
             };
-            self.collect(shared::Pending::Connection { connection, reason: d.reason });
+            self.collect(change::Pending::Connection { connection, reason: d.reason });
         }
         self.maybe_lock(now, c, d, id);
     }
@@ -445,7 +446,7 @@ impl Engine {
         if self.outbox.is_some() {
             let (provider, connection, model) = (Arc::clone(&provider), Arc::clone(&connection), Arc::clone(&model));
             let until = now + cooldown;
-            self.collect(shared::Pending::Lockout { provider, connection, model, reason: d.reason, until });
+            self.collect(change::Pending::Lockout { provider, connection, model, reason: d.reason, until });
         }
         self.push(Event::Lockout { provider, connection, model, cooldown });
     }
@@ -472,18 +473,20 @@ impl Engine {
     }
 }
 
-mod candidate;
+pub(crate) mod candidate;
+mod change;
 mod derived;
 mod event;
+mod memory;
 mod operator;
 mod outcome;
 mod route;
 mod shared;
 mod usage;
 
-pub use shared::SharedChange;
+pub use change::SharedChange;
 
-use usage::Usage;
+use memory::Usage;
 
 #[cfg(test)]
 #[path = "tests.rs"]

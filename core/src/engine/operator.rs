@@ -1,6 +1,7 @@
 //! What operators do to the engine (M17): reset every breaker, clear model lockouts.
 
-use super::{Engine, Event, shared};
+use super::change::Pending;
+use super::{Engine, Event};
 use std::time::Instant;
 
 impl Engine {
@@ -19,7 +20,7 @@ impl Engine {
                 Some((p, c, m)) => (Some(self.intern(p)), c.map(|c| self.intern(c)), Some(self.intern(m))),
                 None => (None, None, None),
             };
-            self.collect(shared::Pending::Cleared { provider, connection, model });
+            self.collect(Pending::Cleared { provider, connection, model });
         }
         self.clear_lockouts_quietly(target)
     }

@@ -8,13 +8,6 @@ use crate::strategy::{Item, rank, stable_hash};
 use crate::tried::Tried;
 use rand::RngExt;
 
-/// Buffers `select` keeps between decisions; their contents mean nothing outside one call.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Scratch {
-    eligible: Vec<usize>,
-    order: Vec<usize>,
-}
-
 impl Engine {
     /// Picks one eligible candidate by the route's strategies, admits it through its
     /// provider's breaker and marks the connection selected. `tried` says what this request

@@ -2,6 +2,7 @@
 //! nothing echoes back.
 
 use super::*;
+use crate::connection::ConnectionSnapshot;
 use crate::engine::{AttemptOutcome, Candidate, Route, Selection, Strategy};
 use crate::settings::ResilienceSettings;
 use crate::testutil::{cands, t0};

@@ -2,41 +2,9 @@
 //! and dispatched, the last good target, smoothed latency, reported quotas and learned tool
 //! limits.
 
+use super::memory::{Traffic, bounded_insert};
 use super::{Candidate, Engine};
-use crate::quota::QuotaReport;
-use rustc_hash::FxHashMap;
-use std::hash::Hash;
 use std::time::{Duration, Instant};
-
-/// What routing remembers of traffic: requests in flight and dispatched per connection, the
-/// last good target per route key, smoothed latency per provider, reported quotas per
-/// connection and learned tool limits per provider/model. Bounded: each map is cleared when it
-/// reaches [`USAGE_CAP`] keys (ids come from config, so this only guards against misuse).
-#[derive(Debug, Clone, Default)]
-pub(super) struct Usage {
-    /// Requests in flight and dispatched, per connection (one lookup for both).
-    pub(super) traffic: FxHashMap<String, Traffic>,
-    pub(super) last_good: FxHashMap<String, (String, String)>,
-    pub(super) latency_ms: FxHashMap<String, f64>,
-    pub(super) quotas: FxHashMap<String, QuotaReport>,
-    pub(super) tool_limits: FxHashMap<(String, String), u32>,
-}
-
-const USAGE_CAP: usize = 10_000;
-
-/// One connection's requests: in flight now, and dispatched since the engine started.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Traffic {
-    pub(super) in_flight: u32,
-    pub(super) dispatched: u64,
-}
-
-fn bounded_insert<K: Hash + Eq, V>(map: &mut FxHashMap<K, V>, key: K, value: V) {
-    if map.len() >= USAGE_CAP {
-        map.clear();
-    }
-    map.insert(key, value);
-}
 
 /// Smoothing of the latency average (weight of the newest sample).
 const LATENCY_ALPHA: f64 = 0.2;

@@ -1,6 +1,7 @@
 //! From validated settings to the typed configs the machines take.
 
-use super::{BreakerSettings, ConnectionCooldownSettings, ResilienceSettings};
+use super::failures::{BreakerSettings, ConnectionCooldownSettings};
+use super::tree::ResilienceSettings;
 use crate::breaker::BreakerConfig;
 use crate::classify::CooldownProfile;
 use crate::lockout::LockoutConfig;

@@ -5,7 +5,8 @@
 //! A few aliases keep the names operators of the reference gateway know
 //! (`FERROUTE_RATE_LIMIT_MAX_WAIT_MS`, `FERROUTE_PROVIDER_BREAKER_API_KEY_COOLDOWN_MS`, …).
 
-use super::{ConfigError, FieldError, ResilienceSettings};
+use super::error::{ConfigError, FieldError};
+use super::tree::ResilienceSettings;
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -1,6 +1,7 @@
 //! Settings tests: defaults, per-class partial tables, validation naming fields, env overrides.
 
 use super::*;
+use crate::types::ProviderClass;
 
 fn invalid_fields(r: Result<ResilienceSettings, ConfigError>) -> Vec<String> {
     match r {

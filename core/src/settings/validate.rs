@@ -1,6 +1,7 @@
 //! Range and consistency checks; every problem is reported, each naming its field.
 
-use super::{FieldError, ResilienceSettings};
+use super::error::FieldError;
+use super::tree::ResilienceSettings;
 use crate::types::ProviderClass;
 
 const DAY_MS: i64 = 86_400_000;

@@ -1,6 +1,6 @@
 //! Load-aware orders: p2c, least-used and the quota-share gate.
 
-use super::{Item, sorted_by};
+use super::item::{Item, sorted_by};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! Quota-aware orders from what upstreams report (rate-limit and reset headers, kept per
 //! connection): reset-aware, reset-window, headroom.
 
-use super::{Item, ord_f64, sorted_by};
+use super::item::{Item, ord_f64, sorted_by};
 use std::time::Duration;
 
 /// Below this share of remaining quota an option counts as nearly exhausted (reset-aware's

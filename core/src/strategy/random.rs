@@ -1,6 +1,7 @@
 //! Randomised orders from the caller's seeded RNG: weighted, random (a deck), strict-random.
 
-use super::{Item, ord_f64, priority_rest};
+use super::item::{Item, ord_f64};
+use super::simple;
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
@@ -57,4 +58,9 @@ pub(crate) fn shuffle(v: &mut [usize], rng: &mut ChaCha8Rng) {
         let j = rng.random_range(0..=i);
         v.swap(i, j);
     }
+}
+
+/// Every position but `first`, in the listed order.
+fn priority_rest(items: &[Item], first: usize) -> Vec<usize> {
+    simple::priority(items).into_iter().filter(|p| *p != first).collect()
 }

@@ -1,7 +1,7 @@
 //! Scored orders: cost-optimized, context-optimized, cache-optimized, auto.
 
+use super::item::{Ask, Item, mix, ord_f64, sorted_by};
 use super::quota::UNKNOWN_HEADROOM;
-use super::{Ask, Item, mix, ord_f64, sorted_by};
 use std::cmp::Reverse;
 
 /// The lowest declared cost first; options without a cost after all that have one.

@@ -1,6 +1,6 @@
 //! Deterministic orders: priority, round-robin, fill-first, lkgp.
 
-use super::{Item, Memory, sorted_by};
+use super::item::{Item, Memory, sorted_by};
 
 /// The listed order.
 pub fn priority(items: &[Item]) -> Vec<usize> {

@@ -11,7 +11,7 @@
 //! ```
 
 use super::reset::ResetOutcome;
-use super::{Options, SlowStatus, Unified, until};
+use super::signals::{LaneEnd, Options, SlowStatus, Unified, until};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, VecDeque};
@@ -40,43 +40,6 @@ pub const WINDOW: Duration = Duration::from_secs(5 * 3600);
 pub const BUDGET_CAP: Duration = Duration::from_secs(8 * 24 * 3600);
 /// A later response announcing a reset more than this after the lane's own is a new window.
 const ROLLOVER_TOLERANCE_MS: u64 = 60_000;
-
-/// Why a lane ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LaneEnd {
-    /// The announced reset (+ grace) passed.
-    Expired,
-    /// A request's waits would have passed `slow-max-wait` or its start timeout; a guard follows.
-    MaxWait,
-    /// `slow-status: weekly_limit`.
-    WeeklyLimit,
-    /// `slow-status: budget_exhausted` (remembered until the budget resets).
-    BudgetExhausted,
-    /// `slow-status: off`.
-    Off,
-    /// `slow-status: ineligible`.
-    Ineligible,
-    /// A response announced a later window reset: the 5-hour window rolled over.
-    WindowRollover,
-    /// `overage-in-use: true`: paid extra usage now covers the limit.
-    ExtraUsage,
-}
-
-impl LaneEnd {
-    /// The snake_case name in logs, events and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LaneEnd::Expired => "expired",
-            LaneEnd::MaxWait => "max_wait",
-            LaneEnd::WeeklyLimit => "weekly_limit",
-            LaneEnd::BudgetExhausted => "budget_exhausted",
-            LaneEnd::Off => "off",
-            LaneEnd::Ineligible => "ineligible",
-            LaneEnd::WindowRollover => "window_rollover",
-            LaneEnd::ExtraUsage => "extra_usage",
-        }
-    }
-}
 
 /// A change of one connection's usage-limit state.
 #[derive(Debug, Clone, PartialEq, Eq)]

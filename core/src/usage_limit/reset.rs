@@ -3,7 +3,7 @@
 //! available, and reports the outcome; this module reads the two bodies and says how long the
 //! next try is held back.
 
-use super::until;
+use super::signals::until;
 use crate::hint::parse_instant_ms;
 use std::time::Duration;
 

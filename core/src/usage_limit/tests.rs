@@ -6,6 +6,7 @@ use super::*;
 use proptest::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use std::time::Duration;
 use std::time::Instant;
 
 const WALL: u64 = 1_780_000_000_000;
