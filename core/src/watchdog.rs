@@ -153,7 +153,7 @@ fn contains_ignore_ascii_case(hay: &str, needle: &str) -> bool {
 
 /// Types one SSE event (its `event:` name, if any, and its `data:` payload) for the watchdog.
 /// Understands Chat Completions, Responses API and Anthropic Messages events. The payload is
-/// read in one pass for the few fields that matter (see [`view`]), not built into a
+/// read in one pass for the few fields that matter (see `watchdog/view.rs`), not built into a
 /// `serde_json::Value`.
 pub fn classify_sse(event_name: Option<&str>, data: &str) -> StreamEvent {
     let data = data.trim();

@@ -1,7 +1,7 @@
 //! What every host of a simulated run shares: the ports and names they meet at, the run's
 //! shared state (the recorder, the gateway being served, the upstreams, cuts and restarts),
 //! and what a run produced. The hosts ([`crate::world`]) and the checks they run
-//! ([`crate::expect`], [`crate::faults`], [`crate::client`]) all import it; it imports none of
+//! (`expect`, `faults`, `client`) all import it; it imports none of
 //! them.
 
 use crate::check::{Outcome, Recorder, Violation};

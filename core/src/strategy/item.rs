@@ -88,7 +88,7 @@ const MEMORY_CAP: usize = 10_000;
 
 impl Memory {
     /// The start position of a rotation among `len` options for `key`, the cursor advanced:
-    /// [`simple::round_robin`] uses it over items, the engine directly over a provider's keys.
+    /// [`super::simple::round_robin`] uses it over items, the engine directly over a provider's keys.
     pub fn rotate(&mut self, key: &str, len: usize) -> usize {
         let cursor = slot(&mut self.cursors, key);
         let start = *cursor % len.max(1);

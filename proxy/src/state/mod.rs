@@ -1,6 +1,6 @@
 //! The gateway's shared state: the [`gateway`] itself (one config, the core engine behind one
 //! lock, the admission queues, the upstream client), where state is persisted ([`store`],
-//! SQLite), the [`clock`] (simulated under the simulation), the [`event_log`] of the core's
+//! SQLite), the [`clock`] (simulated under the simulation), the event log of the core's
 //! changes, and [`metrics`].
 //!
 //! Imports [`crate::config`], the prepared endpoints and resolved targets of
