@@ -346,7 +346,27 @@ impl ConnectionState {
         }
     }
 
+    /// Ends the connection in `state` for a reason found outside any request (an OAuth
+    /// account whose refresh token the token endpoint refused), with `status` and `message` as
+    /// its last error. A terminal state is never overwritten.
+    pub fn end(&mut self, now: Instant, state: TerminalState, reason: Reason, status: u16, message: &str) -> Applied {
+        if self.terminal.is_some() {
+            return Applied::Unchanged;
+        }
+        // (Available | Cooling) => Terminal
+        self.note(reason, status, message);
+        self.terminal = Some(state);
+        self.rate_limited_until = None;
+        self.expired_retries = 0;
+        self.expired_retry_at = (state == TerminalState::Expired).then(|| now + EXPIRED_RETRY_BASE);
+        Applied::Terminal(state)
+    }
+
     fn note_error(&mut self, decision: &Decision, message: &str) {
+        self.note(decision.reason, decision.status, message);
+    }
+
+    fn note(&mut self, reason: Reason, status: u16, message: &str) {
         // Reuse the stored message's buffer: failures are the hot path under an outage.
         let mut buf = self.last_error.take().unwrap_or_default();
         buf.clear();
@@ -359,8 +379,8 @@ impl ConnectionState {
         };
         buf.push_str(&message[..end]);
         self.last_error = Some(buf);
-        self.last_error_type = Some(decision.reason);
-        self.error_code = Some(decision.status);
+        self.last_error_type = Some(reason);
+        self.error_code = Some(status);
     }
 
     /// The persisted form at `now`.

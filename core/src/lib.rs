@@ -18,6 +18,7 @@ pub mod engine;
 pub mod exclusion;
 pub mod hint;
 pub mod lockout;
+pub mod oauth;
 pub mod provider_cooldown;
 pub mod quota;
 pub mod restate;

@@ -473,6 +473,7 @@ impl Engine {
     }
 }
 
+mod account;
 pub(crate) mod candidate;
 mod change;
 mod derived;

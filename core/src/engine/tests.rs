@@ -340,3 +340,20 @@ fn a_daily_quota_cools_until_midnight_utc() {
     assert_eq!(d.client_retry_after, Some(Duration::from_secs(12_800)));
     assert_eq!(e.connection("k1").rate_limited_until(now), Some(now + Duration::from_secs(12_800)));
 }
+
+#[test]
+fn an_account_that_needs_a_new_sign_in_ends_expired_until_it_is_reset() {
+    let mut e = Engine::new(ResilienceSettings::default(), 1);
+    let now = t0();
+    assert!(e.end_connection(now, "k1", "the token endpoint refused the refresh token"));
+    let state = e.connection("k1");
+    assert_eq!(state.terminal(), Some(TerminalState::Expired));
+    assert_eq!(state.last_error(), Some("the token endpoint refused the refresh token"));
+    assert!(matches!(e.poll_event(), Some(Event::ConnectionTerminal { state: TerminalState::Expired, .. })));
+    // A terminal state is never overwritten.
+    assert!(!e.end_connection(now + S(1), "k1", "again"));
+    assert!(e.poll_event().is_none());
+    e.reset_connection("k1");
+    assert_eq!(e.connection("k1").terminal(), None);
+    assert!(matches!(e.poll_event(), Some(Event::ConnectionRecovered { .. })));
+}

@@ -1,6 +1,7 @@
 //! `[[connections]]`: one key or account of a provider, and what its usage-limit 429 may
 //! trigger.
 
+use super::oauth::OAuthConfig;
 use ferroute_core::admission::QueueOverride;
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +36,9 @@ pub struct ConnectionConfig {
     /// M4: Claude usage-limit handling (anthropic-format providers; both off by default).
     #[serde(default)]
     pub usage_limit: Option<UsageLimitConfig>,
+    /// A subscription account signed in with OAuth, instead of an `api_key`.
+    #[serde(default)]
+    pub oauth: Option<OAuthConfig>,
 }
 
 /// `[connections.usage_limit]`: what a Claude subscription's usage-limit 429 may trigger.

@@ -43,6 +43,7 @@ pub(super) fn parts() -> (Vec<ProviderConfig>, Vec<ConnectionConfig>, RawCombo) 
         weight: None,
         egress_ip: None,
         usage_limit: None,
+        oauth: None,
     };
     let providers = vec![
         provider(PROVIDER, Format::Openai, &["echo", "tools"]),

@@ -24,6 +24,9 @@ pub struct ServerConfig {
     pub data_dir: String,
     /// Admin key (`env:NAME` reads a variable); without one the admin API answers 401.
     pub admin_key: Option<String>,
+    /// The AES-256-GCM key OAuth tokens are encrypted with at rest: 32 bytes in base64
+    /// (`env:NAME` reads a variable). Without one, tokens are stored as they are.
+    pub secret_key: Option<String>,
     /// Request body limit; larger bodies get 413.
     pub max_body_bytes: u64,
     /// How long in-flight requests may finish after SIGTERM.
@@ -38,6 +41,7 @@ impl Default for ServerConfig {
             listen: DEFAULT_LISTEN.into(),
             data_dir: DEFAULT_DATA_DIR.into(),
             admin_key: None,
+            secret_key: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             // Long enough for a typical completion to finish; short enough for a deploy.
             shutdown_grace_ms: 30_000,
@@ -180,6 +184,7 @@ impl Config {
             }
         };
         let admin_key = raw.server.admin_key.clone().and_then(|k| resolve("server.admin_key".into(), &k));
+        let secret_key = raw.server.secret_key.clone().and_then(|k| resolve("server.secret_key".into(), &k));
         let keys: Vec<KeyConfig> = raw
             .keys
             .iter()
@@ -192,6 +197,13 @@ impl Config {
             .enumerate()
             .map(|(i, c)| ConnectionConfig {
                 api_key: c.api_key.as_deref().and_then(|k| resolve(format!("connections[{i}].api_key"), k)),
+                oauth: c.oauth.as_ref().map(|o| OAuthConfig {
+                    access_token: resolve(format!("connections[{i}].oauth.access_token"), &o.access_token)
+                        .unwrap_or_default(),
+                    refresh_token: resolve(format!("connections[{i}].oauth.refresh_token"), &o.refresh_token)
+                        .unwrap_or_default(),
+                    ..o.clone()
+                }),
                 ..c.clone()
             })
             .collect();
@@ -202,7 +214,7 @@ impl Config {
         };
         let combos = raw.combos.iter().enumerate().map(|(i, c)| combo(i, c, &mut errors)).collect();
         let mut config = Config {
-            server: ServerConfig { admin_key, ..raw.server },
+            server: ServerConfig { admin_key, secret_key, ..raw.server },
             keys,
             providers: raw.providers,
             connections,
@@ -270,10 +282,25 @@ impl Config {
             }
             match self.providers.iter().find(|p| p.id == c.provider) {
                 None => errors.push(err(f("provider"), format!("unknown provider {:?}", c.provider))),
-                Some(p) if p.class != ProviderClass::Local && c.api_key.as_deref().unwrap_or("").is_empty() => {
+                Some(p)
+                    if p.class != ProviderClass::Local
+                        && c.api_key.as_deref().unwrap_or("").is_empty()
+                        && c.oauth.is_none() =>
+                {
                     errors.push(err(f("api_key"), format!("provider {:?} is not local and needs a credential", p.id)));
                 }
                 Some(_) => {}
+            }
+            if let Some(o) = &c.oauth {
+                let format = self.providers.iter().find(|p| p.id == c.provider).map(|p| p.format);
+                oauth::validate(i, o, format, c.api_key.is_some(), errors);
+                if self.state.backend == Backend::Redis {
+                    errors.push(err(
+                        f("oauth"),
+                        "OAuth connections are not yet served by replicas sharing state (their refreshes \
+                         would race): use backend = \"sqlite\" for them",
+                    ));
+                }
             }
             if let Some(ip) = &c.egress_ip
                 && ip.parse::<std::net::IpAddr>().is_err()
@@ -361,12 +388,14 @@ mod combos;
 mod connection;
 pub mod demo;
 mod error;
+pub mod oauth;
 mod provider;
 mod state;
 
 pub use connection::{ConnectionConfig, UsageLimitConfig};
 use error::err;
 pub use error::{ConfigError, field_error};
+pub use oauth::OAuthConfig;
 pub use provider::{Format, ProviderConfig};
 pub use state::{Backend, StateConfig};
 

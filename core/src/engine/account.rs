@@ -1,0 +1,25 @@
+//! What a subscription account's sign-in does to its connection (M3): a refresh token the token
+//! endpoint refused ends the connection as `expired` at once, without waiting for a request to
+//! fail; new tokens (a new sign-in) bring it back through [`Engine::reset_connection`].
+
+use super::change::Pending;
+use super::{Engine, Event};
+use crate::connection::Applied;
+use crate::types::{Reason, TerminalState};
+use std::time::Instant;
+
+impl Engine {
+    /// Ends connection `id` as `expired`: its account needs a new sign-in. Returns whether its
+    /// state changed (a terminal state is never overwritten).
+    pub fn end_connection(&mut self, now: Instant, id: &str, message: &str) -> bool {
+        let state = self.connections.entry_ref(id).or_default();
+        let applied = state.end(now, TerminalState::Expired, Reason::AuthError, 401, message);
+        if applied == Applied::Unchanged {
+            return false;
+        }
+        let connection = self.intern(id);
+        self.push(Event::ConnectionTerminal { connection: connection.clone(), state: TerminalState::Expired });
+        self.collect(Pending::Connection { connection, reason: Reason::AuthError });
+        true
+    }
+}

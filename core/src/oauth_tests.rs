@@ -1,0 +1,188 @@
+use super::*;
+use proptest::prelude::*;
+
+const HOUR: u64 = 3_600_000;
+
+fn account(issued: u64, expires: u64) -> Account {
+    Account::new(Lifetime { issued_at_ms: issued, expires_at_ms: expires }, DEFAULT_REFRESH_AT, 0)
+}
+
+#[test]
+fn a_refresh_is_due_at_the_share_of_the_lifetime_and_five_minutes_before_the_end() {
+    // An 8-hour token: 80 % is 6.4 h, well before the 5-minute margin.
+    let l = Lifetime { issued_at_ms: 0, expires_at_ms: 8 * HOUR };
+    assert_eq!(l.due_at_ms(0.8), 8 * HOUR * 8 / 10);
+    // A 10-minute token: 80 % is 8 min, but 5 minutes before the end is 5 min.
+    let l = Lifetime { issued_at_ms: 0, expires_at_ms: 600_000 };
+    assert_eq!(l.due_at_ms(0.8), 300_000);
+    // A token already that close to its end is due at once (its issue time).
+    let l = Lifetime { issued_at_ms: 1_000, expires_at_ms: 1_000 + 60_000 };
+    assert_eq!(l.due_at_ms(0.8), 0);
+}
+
+#[test]
+fn a_scheduled_refresh_waits_until_due_and_then_flies_alone() {
+    let mut a = account(0, 10 * HOUR);
+    let due = a.next_refresh_ms().expect("due");
+    assert_eq!(due, 8 * HOUR);
+    assert_eq!(a.begin(due - 1, Why::Scheduled), Begin::No);
+    let Begin::Refresh(flight) = a.begin(due, Why::Scheduled) else { panic!("due") };
+    assert_eq!(flight.generation, 0);
+    assert_eq!(a.state(), RefreshState::Refreshing);
+    assert_eq!(a.begin(due, Why::Scheduled), Begin::InFlight);
+    assert_eq!(a.begin(due, Why::Refused { generation: 0 }), Begin::InFlight);
+    assert_eq!(a.next_refresh_ms(), None);
+    let next = Lifetime { issued_at_ms: due + 100, expires_at_ms: due + 100 + 10 * HOUR };
+    assert!(a.finish(flight, Answer::Refreshed(next), due + 100));
+    assert_eq!((a.generation(), a.state(), a.last_refresh_ms()), (1, RefreshState::Valid, Some(due + 100)));
+    assert_eq!(a.next_refresh_ms(), Some(due + 100 + 8 * HOUR));
+    // The same flight's answer again changes nothing.
+    assert!(!a.finish(flight, Answer::InvalidGrant, due + 200));
+    assert_eq!(a.state(), RefreshState::Valid);
+}
+
+#[test]
+fn a_refused_token_refreshes_at_once_unless_the_tokens_already_changed() {
+    let mut a = account(0, 10 * HOUR);
+    let Begin::Refresh(f) = a.begin(HOUR, Why::Refused { generation: 0 }) else { panic!("at once") };
+    assert!(a.finish(f, Answer::Refreshed(Lifetime { issued_at_ms: HOUR, expires_at_ms: 11 * HOUR }), HOUR));
+    // A request that still carried generation 0 is told to use the current tokens.
+    assert_eq!(a.begin(HOUR + 1, Why::Refused { generation: 0 }), Begin::Newer);
+    assert!(matches!(a.begin(HOUR + 1, Why::Refused { generation: 1 }), Begin::Refresh(Flight { generation: 1 })));
+}
+
+#[test]
+fn failed_refreshes_retry_with_a_doubling_delay_up_to_five_minutes() {
+    let mut a = account(0, 10 * HOUR);
+    let mut now = 8 * HOUR;
+    let mut delays = Vec::new();
+    for _ in 0..9 {
+        let Begin::Refresh(f) = a.begin(now, Why::Scheduled) else { panic!("due at {now}") };
+        assert!(a.finish(f, Answer::Retryable, now));
+        let RefreshState::Retrying { next_ms } = a.state() else { panic!("retrying") };
+        delays.push(next_ms - now);
+        assert_eq!(a.begin(next_ms - 1, Why::Scheduled), Begin::No);
+        now = next_ms;
+    }
+    let s = 1_000;
+    assert_eq!(delays, vec![5 * s, 10 * s, 20 * s, 40 * s, 80 * s, 160 * s, 300 * s, 300 * s, 300 * s]);
+    assert_eq!(a.failures(), 9);
+    let Begin::Refresh(f) = a.begin(now, Why::Scheduled) else { panic!("due") };
+    assert!(a.finish(f, Answer::Refreshed(Lifetime { issued_at_ms: now, expires_at_ms: now + HOUR }), now));
+    assert_eq!((a.failures(), a.state()), (0, RefreshState::Valid));
+}
+
+#[test]
+fn invalid_grant_waits_for_a_new_sign_in() {
+    let mut a = account(0, HOUR);
+    let Begin::Refresh(f) = a.begin(0, Why::Refused { generation: 0 }) else { panic!("at once") };
+    assert!(a.finish(f, Answer::InvalidGrant, 10));
+    assert_eq!(a.state(), RefreshState::NeedsSignIn);
+    assert_eq!(a.next_refresh_ms(), None);
+    assert_eq!(a.begin(HOUR, Why::Scheduled), Begin::No);
+    assert_eq!(a.begin(HOUR, Why::Refused { generation: 0 }), Begin::No);
+    a.reauthorize(Lifetime { issued_at_ms: 2 * HOUR, expires_at_ms: 3 * HOUR }, 0, 2 * HOUR);
+    assert_eq!((a.state(), a.generation(), a.failures()), (RefreshState::Valid, 1, 0));
+    assert!(a.next_refresh_ms().is_some());
+}
+
+#[test]
+fn new_tokens_from_outside_make_a_flight_in_progress_stale() {
+    let mut a = account(0, HOUR);
+    let Begin::Refresh(f) = a.begin(0, Why::Refused { generation: 0 }) else { panic!("at once") };
+    a.reauthorize(Lifetime { issued_at_ms: 5, expires_at_ms: 5 + HOUR }, 7, 5);
+    assert_eq!(a.generation(), 7);
+    assert!(!a.finish(f, Answer::Refreshed(Lifetime { issued_at_ms: 6, expires_at_ms: 6 + HOUR }), 6));
+    assert_eq!(a.lifetime().issued_at_ms, 5);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(u64),
+    Scheduled,
+    Refused { stale: bool },
+    Finish(u8),
+    Reauthorize,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u64..2 * HOUR).prop_map(Op::Advance),
+        Just(Op::Scheduled),
+        any::<bool>().prop_map(|stale| Op::Refused { stale }),
+        (0u8..3).prop_map(Op::Finish),
+        Just(Op::Reauthorize),
+    ]
+}
+
+proptest! {
+    /// Whatever happens: at most one flight at a time; a refresh token (a generation) is
+    /// presented again only after a try that got no answer about it; generations only grow;
+    /// a scheduled refresh never starts before it is due; nothing refreshes while a sign-in is
+    /// needed.
+    #[test]
+    fn one_flight_and_no_token_presented_twice_after_an_answer(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut a = account(0, 3 * HOUR);
+        let mut now = 0u64;
+        let mut flying: Option<Flight> = None;
+        // Generations presented, and whether the last presentation got no answer.
+        let mut presented: std::collections::BTreeMap<u64, bool> = std::collections::BTreeMap::new();
+        for op in ops {
+            let before = a.generation();
+            match op {
+                Op::Advance(ms) => now += ms,
+                Op::Scheduled | Op::Refused { .. } => {
+                    let due = a.next_refresh_ms();
+                    let signed_out = a.state() == RefreshState::NeedsSignIn;
+                    let why = match op {
+                        Op::Refused { stale: true } if a.generation() > 0 => Why::Refused { generation: a.generation() - 1 },
+                        Op::Refused { .. } => Why::Refused { generation: a.generation() },
+                        _ => Why::Scheduled,
+                    };
+                    match a.begin(now, why) {
+                        Begin::Refresh(f) => {
+                            prop_assert!(flying.is_none(), "a second flight");
+                            prop_assert!(!signed_out);
+                            if why == Why::Scheduled {
+                                prop_assert!(due.is_some_and(|d| now >= d), "started before due");
+                            }
+                            if let Some(unanswered) = presented.get(&f.generation) {
+                                prop_assert!(*unanswered, "generation {} presented again after an answer", f.generation);
+                            }
+                            presented.insert(f.generation, true);
+                            flying = Some(f);
+                        }
+                        Begin::InFlight => prop_assert!(flying.is_some()),
+                        Begin::Newer => {
+                            let stale = matches!(why, Why::Refused { generation } if generation != a.generation());
+                            prop_assert!(stale);
+                        }
+                        Begin::No => {}
+                    }
+                }
+                Op::Finish(kind) => {
+                    if let Some(f) = flying.take() {
+                        let answer = match kind {
+                            0 => Answer::Refreshed(Lifetime { issued_at_ms: now, expires_at_ms: now + 3 * HOUR }),
+                            1 => Answer::Retryable,
+                            _ => Answer::InvalidGrant,
+                        };
+                        let taken = a.finish(f, answer, now);
+                        if taken && answer != Answer::Retryable {
+                            presented.insert(f.generation, false);
+                        }
+                    }
+                }
+                Op::Reauthorize => {
+                    a.reauthorize(Lifetime { issued_at_ms: now, expires_at_ms: now + 3 * HOUR }, 0, now);
+                    if let Some(f) = flying.take() {
+                        // The flight's answer is stale from now on.
+                        prop_assert!(!a.finish(f, Answer::Retryable, now));
+                    }
+                }
+            }
+            prop_assert!(a.generation() >= before);
+            prop_assert_eq!(a.state() == RefreshState::Refreshing, flying.is_some());
+        }
+    }
+}
