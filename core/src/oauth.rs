@@ -139,6 +139,12 @@ impl Account {
         Account { lifetime, refresh_at, generation, state: RefreshState::Valid, failures: 0, last_refresh_ms: None }
     }
 
+    /// The same account, last refreshed at `at_ms` (restored from the store).
+    pub fn with_last_refresh(mut self, at_ms: Option<u64>) -> Self {
+        self.last_refresh_ms = at_ms;
+        self
+    }
+
     /// The current tokens' lifetime.
     pub fn lifetime(&self) -> Lifetime {
         self.lifetime

@@ -238,6 +238,11 @@ impl Config {
                 format!("{:?} is not an address such as 127.0.0.1:8787", self.server.listen),
             ));
         }
+        if let Some(key) = &self.server.secret_key
+            && let Err(e) = crate::sessions::sealed::Sealer::new(Some(key))
+        {
+            errors.push(err("server.secret_key", e.to_string()));
+        }
         if self.server.data_dir.trim().is_empty() {
             errors.push(err("server.data_dir", "must not be empty"));
         }
@@ -367,6 +372,13 @@ impl Config {
                     p.id
                 ));
             }
+        }
+        if self.server.secret_key.is_none() && self.connections.iter().any(|c| c.oauth.is_some()) {
+            out.push(
+                "OAuth connections without [server] secret_key: their tokens are stored unencrypted in state.db \
+                 (set secret_key = \"env:NAME\" to 32 bytes in base64, e.g. from `openssl rand -base64 32`)"
+                    .to_owned(),
+            );
         }
         out
     }

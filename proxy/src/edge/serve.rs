@@ -122,6 +122,10 @@ where
             }
         })
     };
+    let refresher = {
+        let serving = Arc::clone(&serving);
+        tokio::spawn(crate::sessions::refresh::run(move || serving.current()))
+    };
     loop {
         tokio::select! {
             biased;
@@ -160,6 +164,7 @@ where
         );
     }
     sweeper.abort();
+    refresher.abort();
     gw.flush();
     tracing::info!("state flushed; stopped");
 }

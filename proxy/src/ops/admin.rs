@@ -80,6 +80,15 @@ pub async fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>)
                         "next_reset_try": reset_next,
                     });
                 }
+                if let Some(v) = gw.accounts.view(&c.id) {
+                    j["oauth"] = serde_json::json!({
+                        "expires_at": rfc3339(v.expires_at),
+                        "last_refresh": v.last_refresh.map(rfc3339),
+                        "next_refresh": v.next_refresh.map(rfc3339),
+                        "failures": v.failures,
+                        "state": v.state,
+                    });
+                }
                 j
             })
             .collect();

@@ -57,12 +57,13 @@ pub(crate) enum Step {
     Fail(ProxyError, String),
 }
 
+/// The request to send, and the OAuth token generation it carries (for an OAuth connection).
 fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     gw: &Gateway<C>,
     t: &Target,
     prep: &mut Prepared,
     slow: bool,
-) -> Result<Request<Full<Bytes>>, ProxyError> {
+) -> Result<(Request<Full<Bytes>>, Option<u64>), ProxyError> {
     let provider = &gw.config.providers[t.provider];
     let body =
         prep.body_for(&t.model).map_err(|e| ProxyError::new(Source::Internal, 500, "internal", e.to_string()))?;
@@ -92,8 +93,42 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     if slow {
         h.insert(SLOW_HEADER, HeaderValue::from_static(SLOW_VALUE));
     }
-    Ok(req)
+    let generation = match &gw.config.connections[t.connection].oauth {
+        Some(o) => {
+            let c = gw.accounts.credential(&gw.config.connections[t.connection].id).ok_or_else(|| {
+                unsendable("the OAuth account has no tokens (see the log for why they could not be read)")
+            })?;
+            oauth_headers(h, o, c.authorization);
+            Some(c.generation)
+        }
+        None => None,
+    };
+    Ok((req, generation))
 }
+
+/// An OAuth connection's headers: its bearer token, the preset's beta merged into the client's
+/// `anthropic-beta`, and the account id header its backend expects.
+fn oauth_headers(h: &mut http::HeaderMap, o: &crate::config::OAuthConfig, authorization: HeaderValue) {
+    h.insert(http::header::AUTHORIZATION, authorization);
+    let Some(preset) = o.preset() else { return };
+    if let Some(beta) = preset.beta {
+        let merged = match h.get(ANTHROPIC_BETA).and_then(|v| v.to_str().ok()) {
+            Some(list) if list.split(',').any(|b| b.trim() == beta) => None,
+            Some(list) if !list.trim().is_empty() => Some(format!("{list},{beta}")),
+            _ => Some(beta.to_owned()),
+        };
+        if let Some(v) = merged.and_then(|m| HeaderValue::try_from(m).ok()) {
+            h.insert(ANTHROPIC_BETA, v);
+        }
+    }
+    if let (Some(name), Some(id)) = (preset.account_header, o.account_id.as_deref())
+        && let Ok(v) = HeaderValue::try_from(id)
+    {
+        h.insert(name, v);
+    }
+}
+
+const ANTHROPIC_BETA: &str = "anthropic-beta";
 
 /// One attempt. `route_key` names the combo or model the request routes by (lkgp remembers
 /// the target that served it).
@@ -163,8 +198,9 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     let first_send = gw.clock.now();
     let mut started;
     let mut resend = false;
+    let mut auth_renewed = false;
     let resp = loop {
-        let req = match upstream_request(&gw, &target, prep, slow) {
+        let (req, generation) = match upstream_request(&gw, &target, prep, slow) {
             Ok(r) => r,
             Err(e) => {
                 attempt.record(AttemptOutcome::Neutral);
@@ -212,6 +248,17 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             Ok(Err(e)) => return transport_failure(&mut attempt, format!("{} is unreachable: {e}", provider.id)),
             Ok(Ok(r)) => r,
         };
+        // An OAuth account's token refused: refresh once (or take the one another request
+        // refreshed meanwhile) and send again on the same connection, before anything counts.
+        if let Some(generation) = generation.filter(|_| resp.status() == 401 && !auth_renewed) {
+            auth_renewed = true;
+            let left = budget.saturating_sub(gw.clock.now().saturating_duration_since(first_send));
+            if crate::sessions::refresh::renew(&gw, &conn_id, generation, left).await {
+                drop(resp);
+                resend = true;
+                continue;
+            }
+        }
         let Some(cfg) = usage_limit else { break resp };
         let opts = cfg.options();
         let headers: Vec<(&str, &str)> =

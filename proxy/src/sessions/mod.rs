@@ -6,8 +6,12 @@
 //! Imports [`crate::state`], [`crate::edge`]'s vocabulary, [`crate::config`] and the shared
 //! store of [`crate::replicas`].
 
+pub mod accounts;
 pub mod egress;
 pub mod lease_shared;
 pub mod lease_store;
 pub mod leases;
+pub mod refresh;
+pub mod sealed;
+pub mod token_store;
 pub mod usage_reset;

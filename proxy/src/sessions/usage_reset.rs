@@ -54,7 +54,9 @@ async fn call<C: Connect + Clone + Send + Sync + 'static>(
         .uri(url)
         .header(http::header::ACCEPT, "application/json")
         .header("anthropic-beta", "oauth-2025-04-20");
-    if let Some(key) = connection.api_key.as_deref() {
+    if let Some(c) = gw.accounts.credential(&connection.id) {
+        b = b.header(http::header::AUTHORIZATION, c.authorization);
+    } else if let Some(key) = connection.api_key.as_deref() {
         b = b.header(http::header::AUTHORIZATION, format!("Bearer {key}"));
     }
     if body.is_some() {

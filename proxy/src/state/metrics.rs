@@ -55,6 +55,7 @@ pub struct Metrics {
     session_pins: Gauge,
     translations: Family<Two, Counter>,
     usage_limit: Family<Two, Counter>,
+    oauth_refresh: Family<Two, Counter>,
     config_reloads: Family<One, Counter>,
     shared_state: Family<One, Counter>,
     shared_state_reachable: Gauge,
@@ -119,6 +120,12 @@ impl Metrics {
             "Claude usage-limit handling (M4) by connection and event: accepted, ended_<reason>, reset_<outcome>, slow_wait",
             usage_limit.clone(),
         );
+        let oauth_refresh = Family::<Two, Counter>::default();
+        registry.register(
+            "oauth_refresh",
+            "OAuth token refreshes by connection and outcome: refreshed, retry, invalid_grant",
+            oauth_refresh.clone(),
+        );
         let config_reloads = Family::<One, Counter>::default();
         registry.register(
             "config_reloads",
@@ -143,6 +150,7 @@ impl Metrics {
             shared_state_reachable,
             config_reloads,
             usage_limit,
+            oauth_refresh,
             requests,
             upstream_latency,
             breaker_state,
@@ -181,6 +189,13 @@ impl Metrics {
     /// Counts one M4 event of a connection.
     pub fn usage_limit(&self, connection: &str, event: &str) {
         self.usage_limit.get_or_create(&[("connection", connection.to_owned()), ("event", event.to_owned())]).inc();
+    }
+
+    /// Counts one OAuth refresh of a connection by its outcome.
+    pub fn oauth_refresh(&self, connection: &str, outcome: &str) {
+        self.oauth_refresh
+            .get_or_create(&[("connection", connection.to_owned()), ("outcome", outcome.to_owned())])
+            .inc();
     }
 
     /// Counts one client response.

@@ -1,5 +1,5 @@
 //! SQLite persistence (M20): breaker snapshots, connection states, session pins (M5) and the
-//! effective settings.
+//! effective settings (leases and OAuth tokens are read and written by `sessions`).
 //!
 //! WAL mode, every write in a transaction, so a crash mid-write leaves a consistent store and
 //! `kill -9` loses nothing already written. Snapshots carry times relative to when they were
@@ -26,6 +26,9 @@ pub enum StoreError {
         /// Why.
         source: std::io::Error,
     },
+    /// The key secrets are sealed with is unusable.
+    #[error("state store: {0}")]
+    Key(String),
     /// A stored snapshot did not decode.
     #[error("state store: corrupt snapshot for {0}")]
     Corrupt(String),
@@ -76,6 +79,17 @@ CREATE TABLE IF NOT EXISTS leases (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS leases_one_active_per_owner ON leases(owner_hash) WHERE state = 'ACTIVE';
 CREATE UNIQUE INDEX IF NOT EXISTS leases_one_active_per_connection ON leases(connection) WHERE state = 'ACTIVE';
+CREATE TABLE IF NOT EXISTS oauth_tokens (
+    connection TEXT PRIMARY KEY,
+    secrets BLOB NOT NULL,
+    sealed INTEGER NOT NULL,
+    issued_at_ms INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    origin TEXT NOT NULL,
+    last_refresh_ms INTEGER,
+    saved_at_ms INTEGER NOT NULL
+);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '1');
 ";
 

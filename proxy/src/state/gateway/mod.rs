@@ -5,6 +5,8 @@ use crate::config::{Config, ConnectionConfig, ProviderConfig};
 use crate::replicas::link::Replicas;
 use crate::request::endpoint::Endpoints;
 use crate::request::resolve::{Plan, Target};
+use crate::sessions::accounts::Accounts;
+use crate::sessions::sealed::Sealer;
 use crate::state::clock::Clock;
 use crate::state::metrics::Metrics;
 use crate::state::store::{PinWrite, Store, StoreError};
@@ -111,6 +113,8 @@ pub struct Gateway<C> {
     requests: Arc<std::sync::atomic::AtomicU64>,
     /// The other replicas, when state is shared (`[state] backend = "redis"`).
     replicas: Arc<std::sync::OnceLock<Arc<Replicas>>>,
+    /// The OAuth accounts' tokens and refresh schedules.
+    pub accounts: Arc<Accounts>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -135,7 +139,9 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             .build(connector);
         let engine = Engine::new(config.resilience.clone(), seed);
         let emergency = std::sync::atomic::AtomicBool::new(config.emergency_fallback.enabled);
+        let sealer = Sealer::new(config.server.secret_key.as_deref()).map_err(|e| StoreError::Key(e.to_string()))?;
         let gw = Gateway {
+            accounts: Arc::new(Accounts::new(sealer)),
             endpoints: Endpoints::new(&config),
             connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
             emergency: Arc::new(emergency),
@@ -153,6 +159,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             replicas: Arc::default(),
         };
         gw.restore()?;
+        gw.sync_accounts();
         Ok(gw)
     }
 
@@ -161,7 +168,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// over by id.
     pub fn successor(&self, config: Config) -> Gateway<C> {
         self.with_engine(|e| e.set_settings(config.resilience.clone()));
-        Gateway {
+        let gw = Gateway {
+            accounts: Arc::clone(&self.accounts),
             endpoints: Endpoints::new(&config),
             connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
             emergency: Arc::clone(&self.emergency),
@@ -177,6 +185,23 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             ids: Arc::clone(&self.ids),
             requests: Arc::clone(&self.requests),
             replicas: Arc::clone(&self.replicas),
+        };
+        gw.sync_accounts();
+        gw
+    }
+
+    /// Brings the OAuth accounts in line with the config; a connection signed in anew leaves
+    /// its `expired` state.
+    fn sync_accounts(&self) {
+        let wall = self.clock.wall_now_ms();
+        let (renewed, problems) = self.accounts.sync(&self.config, self.store.as_deref(), wall);
+        for p in problems {
+            tracing::error!(problem = %p, "OAuth tokens");
+        }
+        if !renewed.is_empty() {
+            tracing::info!(connections = ?renewed, "OAuth connections signed in anew");
+            self.with_engine(|e| renewed.iter().for_each(|id| e.reset_connection(id)));
+            self.settle();
         }
     }
 

@@ -1,0 +1,296 @@
+//! The OAuth accounts of the gateway's connections: each one's current tokens (what requests
+//! send), its refresh schedule ([`Account`]) and a signal that a refresh ended, shared by every
+//! gateway a reload builds.
+//!
+//! Where the tokens come from at start and at each reload: the store's, while they descend
+//! from the refresh token the config names (see [`crate::sessions::token_store`]); else the
+//! config's, which are then written to the store (a new sign-in: the connection's `expired`
+//! state ends, its id and history stay).
+
+use crate::config::{Config, ConnectionConfig, OAuthConfig};
+use crate::sessions::sealed::Sealer;
+use crate::sessions::token_store::{StoredTokens, origin_of};
+use crate::state::store::{Store, StoreError};
+use ferroute_core::oauth::{Account, Answer, Begin, Flight, Lifetime, RefreshState, Why};
+use http::HeaderValue;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use tokio::sync::watch;
+
+/// What a request sends for an OAuth connection.
+#[derive(Debug, Clone)]
+pub struct Credential {
+    /// `Bearer <access token>`, marked sensitive.
+    pub authorization: HeaderValue,
+    /// The tokens' generation (a refused request names it when it asks for a refresh).
+    pub generation: u64,
+}
+
+/// A refresh about to be made: the refresh token it presents, once.
+pub struct Ticket {
+    /// The flight it belongs to.
+    pub flight: Flight,
+    /// The refresh token to present.
+    pub refresh_token: String,
+}
+
+/// What health and `ferroute accounts list` show of an account (never a token).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct View {
+    /// When the access token expires (Unix ms).
+    pub expires_at: u64,
+    /// When the tokens were last refreshed (Unix ms).
+    pub last_refresh: Option<u64>,
+    /// When the next refresh is due (Unix ms).
+    pub next_refresh: Option<u64>,
+    /// Failed refreshes since the last success.
+    pub failures: u32,
+    /// `valid`, `refreshing`, `retrying` or `needs_sign_in`.
+    pub state: &'static str,
+}
+
+struct Entry {
+    account: Account,
+    credential: Credential,
+    refresh_token: String,
+    origin: String,
+    /// Counts ended flights; waiters subscribe before the flight can end.
+    ended: watch::Sender<u64>,
+}
+
+/// Every OAuth connection's account, by connection id.
+pub struct Accounts {
+    sealer: Sealer,
+    entries: Mutex<BTreeMap<String, Entry>>,
+}
+
+impl std::fmt::Debug for Accounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Accounts").field("connections", &self.lock().keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+fn bearer(access_token: &str) -> Option<HeaderValue> {
+    let mut v = HeaderValue::try_from(format!("Bearer {access_token}")).ok()?;
+    v.set_sensitive(true);
+    Some(v)
+}
+
+/// The lifetime of tokens the config names: issued now (their issue time is not known), or at
+/// their expiry when that has passed.
+fn config_lifetime(o: &OAuthConfig, now_ms: u64) -> Lifetime {
+    Lifetime { issued_at_ms: now_ms.min(o.expires_at), expires_at_ms: o.expires_at }
+}
+
+impl Accounts {
+    /// No accounts yet; [`Accounts::sync`] adds the config's.
+    pub fn new(sealer: Sealer) -> Accounts {
+        Accounts { sealer, entries: Mutex::new(BTreeMap::new()) }
+    }
+
+    /// The sealer tokens are stored with.
+    pub fn sealer(&self) -> &Sealer {
+        &self.sealer
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
+        // Each update is one synchronous step; a poisoned lock still holds consistent entries.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Brings the accounts in line with `config` (at start and after each reload): adds new
+    /// OAuth connections, drops those gone, and takes the config's tokens where they are a new
+    /// sign-in. Returns the connections signed in anew (their `expired` state should end) and
+    /// the problems met (an undecryptable store row, a failed write), each naming its
+    /// connection.
+    pub fn sync(&self, config: &Config, store: Option<&Store>, now_ms: u64) -> (Vec<String>, Vec<String>) {
+        let mut renewed = Vec::new();
+        let mut problems = Vec::new();
+        let mut entries = self.lock();
+        entries.retain(|id, _| config.connections.iter().any(|c| &c.id == id && c.oauth.is_some()));
+        for c in &config.connections {
+            let Some(o) = &c.oauth else { continue };
+            let origin = origin_of(&o.refresh_token);
+            if entries.get(&c.id).is_some_and(|e| e.origin == origin) {
+                continue;
+            }
+            let stored = match store.map(|s| s.load_tokens(&c.id, &self.sealer)) {
+                Some(Ok(t)) => t,
+                Some(Err(e)) => {
+                    problems.push(format!("{}: {e}; using the config's tokens", c.id));
+                    None
+                }
+                None => None,
+            };
+            let (tokens, new_sign_in) = match stored {
+                Some(t) if t.origin == origin => (t, false),
+                other => {
+                    let generation = other.map_or(0, |t| t.generation + 1);
+                    let tokens = StoredTokens {
+                        access_token: o.access_token.clone(),
+                        refresh_token: o.refresh_token.clone(),
+                        lifetime: config_lifetime(o, now_ms),
+                        generation,
+                        origin: origin.clone(),
+                        last_refresh_ms: None,
+                    };
+                    if let Some(s) = store
+                        && let Err(e) = s.save_tokens(&c.id, &tokens, &self.sealer, now_ms)
+                    {
+                        problems.push(format!("{}: {e}", c.id));
+                    }
+                    (tokens, entries.contains_key(&c.id) || generation > 0)
+                }
+            };
+            let Some(authorization) = bearer(&tokens.access_token) else {
+                problems.push(format!("{}: the access token cannot be sent as a header", c.id));
+                continue;
+            };
+            let account = Account::new(tokens.lifetime, o.refresh_at(), tokens.generation)
+                .with_last_refresh(tokens.last_refresh_ms);
+            if new_sign_in {
+                renewed.push(c.id.clone());
+            }
+            let ended = entries.remove(&c.id).map_or_else(|| watch::channel(0).0, |e| e.ended);
+            let credential = Credential { authorization, generation: account.generation() };
+            entries.insert(
+                c.id.clone(),
+                Entry { account, credential, refresh_token: tokens.refresh_token, origin, ended },
+            );
+        }
+        (renewed, problems)
+    }
+
+    /// Whether `connection` is an OAuth account.
+    pub fn contains(&self, connection: &str) -> bool {
+        self.lock().contains_key(connection)
+    }
+
+    /// What a request to `connection` sends now.
+    pub fn credential(&self, connection: &str) -> Option<Credential> {
+        self.lock().get(connection).map(|e| e.credential.clone())
+    }
+
+    /// Asks for a refresh of `connection` at `now_ms`: the ticket when this caller is to make
+    /// it, and a receiver that changes when the flight in progress ends.
+    pub fn begin(
+        &self,
+        connection: &str,
+        now_ms: u64,
+        why: Why,
+    ) -> (Begin, Option<Ticket>, Option<watch::Receiver<u64>>) {
+        let mut entries = self.lock();
+        let Some(e) = entries.get_mut(connection) else { return (Begin::No, None, None) };
+        let begin = e.account.begin(now_ms, why);
+        let ticket = match begin {
+            Begin::Refresh(flight) => Some(Ticket { flight, refresh_token: e.refresh_token.clone() }),
+            _ => None,
+        };
+        (begin, ticket, Some(e.ended.subscribe()))
+    }
+
+    /// Ends a flight. With new tokens (`Some`, already stored), requests send them from now on.
+    /// Returns whether the answer was taken (a stale flight's is not).
+    pub fn finish(
+        &self,
+        connection: &str,
+        ticket: &Ticket,
+        answer: Answer,
+        new: Option<&StoredTokens>,
+        now_ms: u64,
+    ) -> bool {
+        let mut entries = self.lock();
+        let Some(e) = entries.get_mut(connection) else { return false };
+        let taken = e.account.finish(ticket.flight, answer, now_ms);
+        if taken && let Some(t) = new {
+            match bearer(&t.access_token) {
+                Some(authorization) => {
+                    e.credential = Credential { authorization, generation: e.account.generation() };
+                    e.refresh_token = t.refresh_token.clone();
+                }
+                None => tracing::error!(connection, "the refreshed access token cannot be sent as a header"),
+            }
+        }
+        e.ended.send_modify(|n| *n += 1);
+        taken
+    }
+
+    /// The tokens to store after a refresh of `connection` that returned `access`, `refresh`
+    /// and `lifetime` (the generation and origin carried on).
+    pub fn next_tokens(
+        &self,
+        connection: &str,
+        access: String,
+        refresh: String,
+        lifetime: Lifetime,
+        now_ms: u64,
+    ) -> Option<StoredTokens> {
+        let entries = self.lock();
+        let e = entries.get(connection)?;
+        Some(StoredTokens {
+            access_token: access,
+            refresh_token: refresh,
+            lifetime,
+            generation: e.account.generation() + 1,
+            origin: e.origin.clone(),
+            last_refresh_ms: Some(now_ms),
+        })
+    }
+
+    /// The earliest time any account's refresh is due (Unix ms).
+    pub fn next_due_ms(&self) -> Option<u64> {
+        self.lock().values().filter_map(|e| e.account.next_refresh_ms()).min()
+    }
+
+    /// The accounts whose refresh is due at `now_ms`.
+    pub fn due(&self, now_ms: u64) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, e)| e.account.next_refresh_ms().is_some_and(|d| d <= now_ms))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// What health shows of `connection`'s account.
+    pub fn view(&self, connection: &str) -> Option<View> {
+        self.lock().get(connection).map(|e| View {
+            expires_at: e.account.lifetime().expires_at_ms,
+            last_refresh: e.account.last_refresh_ms(),
+            next_refresh: e.account.next_refresh_ms(),
+            failures: e.account.failures(),
+            state: e.account.state().as_str(),
+        })
+    }
+
+    /// Whether `connection`'s account waits for a new sign-in.
+    pub fn needs_sign_in(&self, connection: &str) -> bool {
+        self.lock().get(connection).is_some_and(|e| e.account.state() == RefreshState::NeedsSignIn)
+    }
+}
+
+/// Writes tokens read from a file an official client stored (`ferroute accounts import`) for
+/// OAuth connection `c`, so that the gateway's next start (or reload) uses them: they descend
+/// from the config's sign-in, one generation past what the store held.
+pub fn import(
+    store: &Store,
+    sealer: &Sealer,
+    c: &ConnectionConfig,
+    access_token: String,
+    refresh_token: String,
+    lifetime: Lifetime,
+    now_ms: u64,
+) -> Result<StoredTokens, StoreError> {
+    let o = c.oauth.as_ref().ok_or_else(|| StoreError::Corrupt(format!("{} is not an OAuth connection", c.id)))?;
+    let previous = store.load_tokens(&c.id, sealer).ok().flatten();
+    let tokens = StoredTokens {
+        access_token,
+        refresh_token,
+        lifetime,
+        generation: previous.map_or(0, |t| t.generation + 1),
+        origin: origin_of(&o.refresh_token),
+        last_refresh_ms: Some(now_ms),
+    };
+    store.save_tokens(&c.id, &tokens, sealer, now_ms)?;
+    Ok(tokens)
+}
