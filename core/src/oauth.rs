@@ -6,7 +6,7 @@
 //! revoke the whole family). So an [`Account`] allows one refresh in flight at a time (a
 //! [`Flight`] names it; an answer to an older flight changes nothing), refreshes early in the
 //! background — once `refresh_at` of the token's lifetime has passed, or when less than
-//! [`MIN_LEFT_MS`] is left — and, when the token endpoint fails (transport, timeout, 5xx),
+//! [`MIN_LEFT_MS`] is left for a token long enough to have that margin — and, when the token endpoint fails (transport, timeout, 5xx),
 //! tries again with a doubling delay while the access token is still good. `invalid_grant`
 //! means the refresh token is dead: the account needs a new sign-in and is never refreshed
 //! again until new tokens arrive ([`Account::reauthorize`]).
@@ -38,13 +38,15 @@ pub struct Lifetime {
 }
 
 impl Lifetime {
-    /// When a refresh is due: `refresh_at` of the lifetime, and at least [`MIN_LEFT_MS`] before
-    /// the expiry (at once for a token that is already that close).
+    /// When a refresh is due: once `refresh_at` of the lifetime has passed, or when
+    /// [`MIN_LEFT_MS`] are left if that comes first. A token too short for that margin (it
+    /// would leave less than half its life) is refreshed at its share alone.
     pub fn due_at_ms(&self, refresh_at: f64) -> u64 {
         let span = self.expires_at_ms.saturating_sub(self.issued_at_ms);
         let share = refresh_at.clamp(0.0, 1.0);
         let by_share = self.issued_at_ms.saturating_add((span as f64 * share) as u64);
-        by_share.min(self.expires_at_ms.saturating_sub(MIN_LEFT_MS))
+        let by_margin = self.expires_at_ms.saturating_sub(MIN_LEFT_MS);
+        if by_margin > self.issued_at_ms.saturating_add(span / 2) { by_share.min(by_margin) } else { by_share }
     }
 }
 

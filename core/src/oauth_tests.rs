@@ -12,12 +12,17 @@ fn a_refresh_is_due_at_the_share_of_the_lifetime_and_five_minutes_before_the_end
     // An 8-hour token: 80 % is 6.4 h, well before the 5-minute margin.
     let l = Lifetime { issued_at_ms: 0, expires_at_ms: 8 * HOUR };
     assert_eq!(l.due_at_ms(0.8), 8 * HOUR * 8 / 10);
-    // A 10-minute token: 80 % is 8 min, but 5 minutes before the end is 5 min.
-    let l = Lifetime { issued_at_ms: 0, expires_at_ms: 600_000 };
-    assert_eq!(l.due_at_ms(0.8), 300_000);
-    // A token already that close to its end is due at once (its issue time).
+    // A 30-minute token: 80 % is 24 min, but 5 minutes before the end (25 min) comes later;
+    // with refresh_at = 0.9 the margin decides (27 min would leave 3).
+    let l = Lifetime { issued_at_ms: 0, expires_at_ms: 1_800_000 };
+    assert_eq!(l.due_at_ms(0.8), 1_440_000);
+    assert_eq!(l.due_at_ms(0.9), 1_500_000);
+    // A 60-second token is too short for a 5-minute margin: 80 % of it, 48 s.
     let l = Lifetime { issued_at_ms: 1_000, expires_at_ms: 1_000 + 60_000 };
-    assert_eq!(l.due_at_ms(0.8), 0);
+    assert_eq!(l.due_at_ms(0.8), 49_000);
+    // A 10-minute token: the margin would leave exactly half: the share decides.
+    let l = Lifetime { issued_at_ms: 0, expires_at_ms: 600_000 };
+    assert_eq!(l.due_at_ms(0.8), 480_000);
 }
 
 #[test]

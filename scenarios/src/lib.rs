@@ -14,10 +14,12 @@ pub mod scenario;
 pub mod script;
 mod sse_out;
 pub mod store;
+pub mod token_server;
 pub mod toxic;
 pub mod upstream;
 
 pub use scenario::{Scenario, load_catalog};
 pub use script::{Behaviour, Mode, Script, SseEvent, Window};
+pub use token_server::{TokenFault, TokenServer, serve_token_server};
 pub use toxic::Toxic;
 pub use upstream::{ScriptedUpstream, serve_upstream};

@@ -47,6 +47,8 @@ pub struct ScriptedUpstream {
     log: Mutex<Vec<Recorded>>,
     started: tokio::time::Instant,
     wall_start_ms: u64,
+    /// When set, only requests carrying a valid access token of this server are answered.
+    tokens: Option<Arc<crate::token_server::TokenServer>>,
 }
 
 /// The wall clock a scripted upstream believes it started at, unless told otherwise (the
@@ -68,7 +70,14 @@ impl ScriptedUpstream {
             log: Mutex::new(Vec::new()),
             started: tokio::time::Instant::now(),
             wall_start_ms: DEFAULT_WALL_START_MS,
+            tokens: None,
         }
+    }
+
+    /// Answers 401 to requests without a valid access token of `server` (an OAuth account).
+    pub fn require_tokens(mut self, server: Arc<crate::token_server::TokenServer>) -> Self {
+        self.tokens = Some(server);
+        self
     }
 
     /// Sets the wall clock (Unix ms) at the upstream's start, for `{epoch…}` placeholders.
@@ -135,6 +144,7 @@ impl ScriptedUpstream {
             *n += 1;
             *n - 1
         };
+        let authorization = headers.get("authorization").cloned();
         if let Ok(mut log) = self.log.lock() {
             if log.len() >= LOG_CAP {
                 log.remove(0);
@@ -146,6 +156,11 @@ impl ScriptedUpstream {
                 headers,
                 body: String::from_utf8_lossy(&body).into_owned(),
             });
+        }
+        if let Some(t) = &self.tokens
+            && !t.admits(authorization.as_deref())
+        {
+            return Ok(crate::token_server::refusal());
         }
         let scripted = self.routes.get(&route).or_else(|| if slow { self.routes.get(&model) } else { None });
         let Some(script) = scripted.or_else(|| self.routes.get("*")) else {

@@ -133,11 +133,17 @@ pub fn config(text: &str, up: &Upstream) -> Config {
 }
 
 pub async fn start(config: Config, persistence: Persistence) -> Running {
+    start_at(config, persistence, scenarios::upstream::DEFAULT_WALL_START_MS).await
+}
+
+/// A gateway whose wall clock starts at `wall_start_ms` (a restart starts later than the first
+/// start did).
+pub async fn start_at(config: Config, persistence: Persistence, wall_start_ms: u64) -> Running {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");
     let addr = listener.local_addr().expect("addr");
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
-    let gw = build(config, http, persistence, scenarios::upstream::DEFAULT_WALL_START_MS, 7).expect("gateway");
+    let gw = build(config, http, persistence, wall_start_ms, 7).expect("gateway");
     let (tx, rx) = oneshot::channel::<()>();
     let g = Arc::clone(&gw);
     let task = tokio::spawn(async move {

@@ -1,0 +1,259 @@
+//! A scripted OAuth token server (RFC 6749 §6 refresh, RFC 9700 §4.14 rotation): every refresh
+//! returns a new access token and a new refresh token, and a refresh token presented a second
+//! time is reuse — the whole family (every token descended from that sign-in) is revoked and
+//! the reuse is counted. It can be made slow, down (503) or to refuse every grant
+//! (`invalid_grant`). A [`crate::ScriptedUpstream`] that requires its tokens answers 401 to a
+//! request whose bearer token is unknown, revoked or expired.
+//!
+//! Time is tokio's (simulated under turmoil), so access tokens expire in simulated time too.
+
+use crate::net::Listener;
+use crate::sse_out::UpBody;
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What the token server does to the next refreshes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenFault {
+    /// Answers every refresh.
+    None,
+    /// Answers 503 to every refresh.
+    Down,
+    /// Answers after this long.
+    Slow(Duration),
+    /// Refuses every refresh with `invalid_grant`.
+    InvalidGrant,
+}
+
+/// Tokens of one sign-in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Grant {
+    /// The access token.
+    pub access_token: String,
+    /// The refresh token.
+    pub refresh_token: String,
+    /// Seconds until the access token expires.
+    pub expires_in: u64,
+}
+
+/// What the token server saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TokenStats {
+    /// Refreshes answered with new tokens.
+    pub refreshed: u64,
+    /// Refresh tokens presented again after they were used (each revokes its family).
+    pub reused: u64,
+    /// Refreshes refused (unknown, revoked or reused tokens, or the `InvalidGrant` fault).
+    pub refused: u64,
+    /// Refreshes answered 503 (the `Down` fault).
+    pub unavailable: u64,
+    /// Requests an upstream refused because their access token was expired.
+    pub expired_presented: u64,
+    /// Requests an upstream refused because their access token was unknown or revoked.
+    pub invalid_presented: u64,
+}
+
+struct RefreshEntry {
+    family: u64,
+    used: bool,
+}
+
+struct AccessEntry {
+    family: u64,
+    expires: Instant,
+}
+
+struct State {
+    next: u64,
+    revoked: Vec<u64>,
+    refresh: BTreeMap<String, RefreshEntry>,
+    access: BTreeMap<String, AccessEntry>,
+    fault: TokenFault,
+    stats: TokenStats,
+}
+
+/// The token server.
+pub struct TokenServer {
+    lifetime: Duration,
+    state: Mutex<State>,
+}
+
+fn json(status: u16, body: String) -> Response<UpBody> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+fn invalid_grant(why: &str) -> Response<UpBody> {
+    json(400, serde_json::json!({"error": "invalid_grant", "error_description": why}).to_string())
+}
+
+impl TokenServer {
+    /// A token server whose access tokens live `lifetime` (whole seconds are announced).
+    pub fn new(lifetime: Duration) -> Self {
+        TokenServer {
+            lifetime,
+            state: Mutex::new(State {
+                next: 0,
+                revoked: Vec::new(),
+                refresh: BTreeMap::new(),
+                access: BTreeMap::new(),
+                fault: TokenFault::None,
+                stats: TokenStats::default(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn issue(&self, s: &mut State, family: u64) -> Grant {
+        s.next += 1;
+        let n = s.next;
+        let access_token = format!("at-{family}-{n}");
+        let refresh_token = format!("rt-{family}-{n}");
+        s.access.insert(access_token.clone(), AccessEntry { family, expires: Instant::now() + self.lifetime });
+        s.refresh.insert(refresh_token.clone(), RefreshEntry { family, used: false });
+        Grant { access_token, refresh_token, expires_in: self.lifetime.as_secs().max(1) }
+    }
+
+    /// A new sign-in: a fresh family of tokens.
+    pub fn sign_in(&self) -> Grant {
+        let mut s = self.lock();
+        s.next += 1;
+        let family = s.next;
+        self.issue(&mut s, family)
+    }
+
+    /// Sets what the next refreshes meet.
+    pub fn set_fault(&self, fault: TokenFault) {
+        self.lock().fault = fault;
+    }
+
+    /// What it saw so far.
+    pub fn stats(&self) -> TokenStats {
+        self.lock().stats
+    }
+
+    /// Whether a request carrying `authorization` may be served; counts why not.
+    pub fn admits(&self, authorization: Option<&str>) -> bool {
+        let mut s = self.lock();
+        let token = authorization.and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("");
+        let verdict = match s.access.get(token) {
+            Some(a) if s.revoked.contains(&a.family) => Err(false),
+            Some(a) if Instant::now() >= a.expires => Err(true),
+            Some(_) => Ok(()),
+            None => Err(false),
+        };
+        match verdict {
+            Ok(()) => true,
+            Err(expired) => {
+                if expired {
+                    s.stats.expired_presented += 1;
+                } else {
+                    s.stats.invalid_presented += 1;
+                }
+                false
+            }
+        }
+    }
+
+    /// Answers one token request (`grant_type=refresh_token`, as JSON or a form).
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<UpBody>, io::Error> {
+        let body = http_body_util::Limited::new(req.into_body(), 64 * 1024)
+            .collect()
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?
+            .to_bytes();
+        let fields: BTreeMap<String, String> = match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(serde_json::Value::Object(m)) => {
+                m.into_iter().filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_owned()))).collect()
+            }
+            _ => String::from_utf8_lossy(&body)
+                .split('&')
+                .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+                .collect(),
+        };
+        let fault = self.lock().fault;
+        match fault {
+            TokenFault::Slow(d) => tokio::time::sleep(d).await,
+            TokenFault::Down => {
+                self.lock().stats.unavailable += 1;
+                return Ok(json(503, r#"{"error":"temporarily_unavailable"}"#.to_owned()));
+            }
+            TokenFault::None | TokenFault::InvalidGrant => {}
+        }
+        if fields.get("grant_type").map(String::as_str) != Some("refresh_token") {
+            return Ok(json(400, r#"{"error":"unsupported_grant_type"}"#.to_owned()));
+        }
+        let presented = fields.get("refresh_token").cloned().unwrap_or_default();
+        let mut s = self.lock();
+        if fault == TokenFault::InvalidGrant {
+            s.stats.refused += 1;
+            return Ok(invalid_grant("refresh refused by the scripted fault"));
+        }
+        let family = match s.refresh.get_mut(&presented) {
+            None => None,
+            Some(e) if e.used => {
+                // Reuse: revoke the whole family (RFC 9700 §4.14).
+                let family = e.family;
+                s.stats.reused += 1;
+                s.stats.refused += 1;
+                s.revoked.push(family);
+                return Ok(invalid_grant("refresh token reused; the family is revoked"));
+            }
+            Some(e) => {
+                e.used = true;
+                Some(e.family)
+            }
+        };
+        let Some(family) = family.filter(|f| !s.revoked.contains(f)) else {
+            s.stats.refused += 1;
+            return Ok(invalid_grant("unknown or revoked refresh token"));
+        };
+        let grant = self.issue(&mut s, family);
+        s.stats.refreshed += 1;
+        let mut body = serde_json::to_value(&grant).unwrap_or_default();
+        body["token_type"] = "Bearer".into();
+        Ok(json(200, body.to_string()))
+    }
+}
+
+/// Serves `server` on `listener` until the task is dropped.
+pub async fn serve_token_server<L: Listener>(mut listener: L, server: Arc<TokenServer>) {
+    loop {
+        let Ok((io, _peer)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let server = Arc::clone(&server);
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| Arc::clone(&server).handle(req));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .auto_date_header(false)
+                .serve_connection(TokioIo::new(io), svc)
+                .await;
+        });
+    }
+}
+
+/// The 401 an upstream that requires the token server's tokens answers (Anthropic's shape).
+pub fn refusal() -> Response<UpBody> {
+    json(
+        401,
+        r#"{"type":"error","error":{"type":"authentication_error","message":"OAuth token has expired or is invalid. Please obtain a new token or refresh your existing token."}}"#
+            .to_owned(),
+    )
+}
