@@ -42,6 +42,49 @@ enum Command {
     },
     /// List the FERROUTE_… environment variables and the settings they set.
     EnvVars,
+    /// OAuth accounts: import the tokens an official client stored, or list them (never a
+    /// secret). Uses --config and --data-dir like the gateway.
+    Accounts {
+        #[command(subcommand)]
+        action: AccountsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum AccountsCommand {
+    /// Write the tokens Claude Code or Codex stored after its sign-in to the store of an OAuth
+    /// connection (the gateway takes them at its next start or config reload).
+    Import {
+        /// Which client stored them: claude-code (~/.claude/.credentials.json) or codex
+        /// (~/.codex/auth.json).
+        client: proxy::ops::accounts::Client,
+        /// The file, if not the client's default.
+        path: Option<PathBuf>,
+        /// The OAuth connection (its `id` in the config) that gets them.
+        #[arg(long)]
+        connection: String,
+    },
+    /// Each OAuth connection's tokens: where they come from, expiry, last and next refresh,
+    /// state.
+    List,
+}
+
+fn accounts(cli: &Cli, action: &AccountsCommand) -> Result<String, String> {
+    let config = load(cli.config.as_ref()).map_err(|e| format!("{e:#}"))?;
+    let data_dir = cli.data_dir.clone().unwrap_or_else(|| PathBuf::from(&config.server.data_dir));
+    let now = system_wall_ms();
+    match action {
+        AccountsCommand::Import { client, path, connection } => {
+            let path = match path {
+                Some(p) => p.clone(),
+                None => std::env::var_os("HOME")
+                    .map(|h| PathBuf::from(h).join(client.default_path()))
+                    .ok_or("HOME is not set: give the file's path")?,
+            };
+            proxy::ops::accounts::import_file(&config, &data_dir, *client, &path, connection, now)
+        }
+        AccountsCommand::List => proxy::ops::accounts::list(&config, &data_dir, now),
+    }
 }
 
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
@@ -86,6 +129,18 @@ fn main() -> std::process::ExitCode {
                 }
                 Err(e) => {
                     eprintln!("{e:#}");
+                    std::process::ExitCode::from(2)
+                }
+            };
+        }
+        Some(Command::Accounts { action }) => {
+            return match accounts(&cli, action) {
+                Ok(out) => {
+                    println!("{}", out.trim_end());
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("ferroute accounts: {e}");
                     std::process::ExitCode::from(2)
                 }
             };

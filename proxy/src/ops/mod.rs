@@ -5,6 +5,7 @@
 //! Imports [`crate::state`], [`crate::sessions`], [`crate::edge`]'s vocabulary and
 //! [`crate::config`].
 
+pub mod accounts;
 pub mod admin;
 pub mod demo;
 pub mod reload;

@@ -112,9 +112,6 @@ impl Accounts {
         for c in &config.connections {
             let Some(o) = &c.oauth else { continue };
             let origin = origin_of(&o.refresh_token);
-            if entries.get(&c.id).is_some_and(|e| e.origin == origin) {
-                continue;
-            }
             let stored = match store.map(|s| s.load_tokens(&c.id, &self.sealer)) {
                 Some(Ok(t)) => t,
                 Some(Err(e)) => {
@@ -123,8 +120,13 @@ impl Accounts {
                 }
                 None => None,
             };
+            // The same sign-in as the one held, and nothing newer stored (an import): keep it.
+            let held = entries.get(&c.id).filter(|e| e.origin == origin).map(|e| e.account.generation());
+            if held.is_some_and(|g| stored.as_ref().is_none_or(|t| t.origin != origin || t.generation <= g)) {
+                continue;
+            }
             let (tokens, new_sign_in) = match stored {
-                Some(t) if t.origin == origin => (t, false),
+                Some(t) if t.origin == origin => (t, held.is_some()),
                 other => {
                     let generation = other.map_or(0, |t| t.generation + 1);
                     let tokens = StoredTokens {
