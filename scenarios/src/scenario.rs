@@ -43,6 +43,9 @@ pub struct Scenario {
     /// Network faults.
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// An OAuth token server for the gateway's subscription accounts.
+    #[serde(default)]
+    pub token_server: Option<crate::token_server::TokenServerSpec>,
     /// What must hold.
     #[serde(default)]
     pub expect: Expect,

@@ -5,7 +5,8 @@
 //! (`invalid_grant`). A [`crate::ScriptedUpstream`] that requires its tokens answers 401 to a
 //! request whose bearer token is unknown, revoked or expired.
 //!
-//! Time is tokio's (simulated under turmoil), so access tokens expire in simulated time too.
+//! Time is the server's own clock: since its creation by tokio's clock by default, or one it is
+//! given ([`TokenServer::with_clock`]: the simulation's, the same on every host).
 
 use crate::net::Listener;
 use crate::sse_out::UpBody;
@@ -20,7 +21,6 @@ use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// What the token server does to the next refreshes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +61,9 @@ pub struct TokenStats {
     pub expired_presented: u64,
     /// Requests an upstream refused because their access token was unknown or revoked.
     pub invalid_presented: u64,
+    /// Of the expired ones, those whose sign-in had a newer access token issued before they
+    /// expired (the client had it in time and sent the old one).
+    pub stale_presented: u64,
 }
 
 struct RefreshEntry {
@@ -70,7 +73,8 @@ struct RefreshEntry {
 
 struct AccessEntry {
     family: u64,
-    expires: Instant,
+    issued: Duration,
+    expires: Duration,
 }
 
 struct State {
@@ -85,6 +89,7 @@ struct State {
 /// The token server.
 pub struct TokenServer {
     lifetime: Duration,
+    clock: Box<dyn Fn() -> Duration + Send + Sync>,
     state: Mutex<State>,
 }
 
@@ -102,8 +107,10 @@ fn invalid_grant(why: &str) -> Response<UpBody> {
 impl TokenServer {
     /// A token server whose access tokens live `lifetime` (whole seconds are announced).
     pub fn new(lifetime: Duration) -> Self {
+        let start = tokio::time::Instant::now();
         TokenServer {
             lifetime,
+            clock: Box::new(move || start.elapsed()),
             state: Mutex::new(State {
                 next: 0,
                 revoked: Vec::new(),
@@ -115,6 +122,12 @@ impl TokenServer {
         }
     }
 
+    /// The same server on `clock` (the time since a common start).
+    pub fn with_clock(mut self, clock: impl Fn() -> Duration + Send + Sync + 'static) -> Self {
+        self.clock = Box::new(clock);
+        self
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -124,7 +137,8 @@ impl TokenServer {
         let n = s.next;
         let access_token = format!("at-{family}-{n}");
         let refresh_token = format!("rt-{family}-{n}");
-        s.access.insert(access_token.clone(), AccessEntry { family, expires: Instant::now() + self.lifetime });
+        let now = (self.clock)();
+        s.access.insert(access_token.clone(), AccessEntry { family, issued: now, expires: now + self.lifetime });
         s.refresh.insert(refresh_token.clone(), RefreshEntry { family, used: false });
         Grant { access_token, refresh_token, expires_in: self.lifetime.as_secs().max(1) }
     }
@@ -142,6 +156,15 @@ impl TokenServer {
         self.lock().fault = fault;
     }
 
+    /// Ends every access token issued so far (as a provider that revokes its sessions): the
+    /// next request with one is refused, its refresh token still works.
+    pub fn expire_access_tokens(&self) {
+        let now = (self.clock)();
+        for a in self.lock().access.values_mut() {
+            a.expires = a.expires.min(now);
+        }
+    }
+
     /// What it saw so far.
     pub fn stats(&self) -> TokenStats {
         self.lock().stats
@@ -151,20 +174,26 @@ impl TokenServer {
     pub fn admits(&self, authorization: Option<&str>) -> bool {
         let mut s = self.lock();
         let token = authorization.and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("");
+        let now = (self.clock)();
         let verdict = match s.access.get(token) {
-            Some(a) if s.revoked.contains(&a.family) => Err(false),
-            Some(a) if Instant::now() >= a.expires => Err(true),
+            Some(a) if s.revoked.contains(&a.family) => Err(None),
+            Some(a) if now >= a.expires => Err(Some((a.family, a.issued, a.expires))),
             Some(_) => Ok(()),
-            None => Err(false),
+            None => Err(None),
         };
         match verdict {
             Ok(()) => true,
-            Err(expired) => {
-                if expired {
-                    s.stats.expired_presented += 1;
-                } else {
-                    s.stats.invalid_presented += 1;
+            Err(Some((family, issued, expires))) => {
+                s.stats.expired_presented += 1;
+                // A newer token of the same sign-in was issued before this one expired: the
+                // client had it in time and should have sent it.
+                if s.access.values().any(|a| a.family == family && a.issued > issued && a.issued < expires) {
+                    s.stats.stale_presented += 1;
                 }
+                false
+            }
+            Err(None) => {
+                s.stats.invalid_presented += 1;
                 false
             }
         }
@@ -255,5 +284,69 @@ pub fn refusal() -> Response<UpBody> {
         401,
         r#"{"type":"error","error":{"type":"authentication_error","message":"OAuth token has expired or is invalid. Please obtain a new token or refresh your existing token."}}"#
             .to_owned(),
+    )
+}
+
+/// The token server's host name in a simulated scenario, and its port.
+pub const TOKEN_HOST: &str = "tokens";
+/// The token server's port in a simulated scenario.
+pub const TOKEN_PORT: u16 = 9100;
+
+/// `[token_server]` in a scenario: a token server host named [`TOKEN_HOST`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenServerSpec {
+    /// How long its access tokens live.
+    pub lifetime_ms: u64,
+    /// Connections signed in at the start: `{oauth:ID}` in the gateway's config becomes
+    /// connection ID's `oauth` table (the `claude` preset, this server's tokens and URL).
+    pub accounts: Vec<String>,
+    /// Upstream hosts that answer only its valid access tokens.
+    #[serde(default)]
+    pub guards: Vec<String>,
+    /// What refreshes meet from when on.
+    #[serde(default)]
+    pub faults: Vec<TokenFaultSpec>,
+    /// Refreshes answered with new tokens: at least, at most.
+    #[serde(default)]
+    pub refreshed: Option<[u64; 2]>,
+    /// Refreshes refused (`invalid_grant`), exactly.
+    #[serde(default)]
+    pub refused: Option<u64>,
+}
+
+/// From `at_ms` on, refreshes meet `fault`: `none`, `down`, `invalid_grant` or `slow` (by
+/// `slow_ms`); or, at `at_ms`, `expire_access` ends every access token issued so far.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenFaultSpec {
+    /// When.
+    pub at_ms: u64,
+    /// `none`, `down`, `invalid_grant`, `slow` or `expire_access`.
+    pub fault: String,
+    /// How slow, for `slow`.
+    #[serde(default)]
+    pub slow_ms: u64,
+}
+
+impl TokenFaultSpec {
+    /// The fault it names (`None` for `expire_access`, which is done once, not a mode).
+    pub fn fault(&self) -> Result<Option<TokenFault>, String> {
+        match self.fault.as_str() {
+            "none" => Ok(Some(TokenFault::None)),
+            "down" => Ok(Some(TokenFault::Down)),
+            "invalid_grant" => Ok(Some(TokenFault::InvalidGrant)),
+            "slow" => Ok(Some(TokenFault::Slow(Duration::from_millis(self.slow_ms)))),
+            "expire_access" => Ok(None),
+            other => Err(format!("unknown token fault {other:?} (none, down, invalid_grant, slow, expire_access)")),
+        }
+    }
+}
+
+/// A connection's `oauth` table for `grant`, expiring at `expires_at_ms`, refreshed at `token_url`.
+pub fn oauth_table(grant: &Grant, expires_at_ms: u64, token_url: &str) -> String {
+    format!(
+        "oauth = {{ preset = \"claude\", access_token = \"{}\", refresh_token = \"{}\", expires_at = {expires_at_ms}, token_url = \"{token_url}\" }}",
+        grant.access_token, grant.refresh_token
     )
 }

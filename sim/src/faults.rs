@@ -56,6 +56,9 @@ pub(crate) fn check_hosts(scenario: &Scenario) -> Result<(), String> {
     if !scenario.replicas.is_empty() {
         hosts.insert(crate::shared::STORE_HOST.to_owned());
     }
+    if scenario.token_server.is_some() {
+        hosts.insert(scenarios::token_server::TOKEN_HOST.to_owned());
+    }
     for r in &scenario.replicas {
         if !hosts.insert(r.clone()) {
             return Err(format!("replica host {r:?} is defined twice (or is named \"gateway\" or \"store\")"));

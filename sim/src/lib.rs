@@ -9,6 +9,7 @@ mod client;
 mod expect;
 mod faults;
 pub mod net;
+mod oauth;
 pub mod report;
 pub mod shared;
 pub mod store;

@@ -246,6 +246,7 @@ pub fn generate(seed: u64) -> Scenario {
         upstreams,
         workload,
         faults,
+        token_server: None,
         expect: Expect {
             responses,
             counts: Vec::new(),

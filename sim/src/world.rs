@@ -39,7 +39,14 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         lock(&shared).rec.violate(0, format!("the scenario is invalid: {problem}"));
         return finish(scenario, seed, &shared, Duration::ZERO, wall_start);
     }
-    let config = match load_config(&scenario.gateway) {
+    let (tokens, gateway_text) = match crate::oauth::prepare(scenario) {
+        Ok(x) => x,
+        Err(e) => {
+            lock(&shared).rec.violate(0, format!("the scenario's token server is invalid: {e}"));
+            return finish(scenario, seed, &shared, Duration::ZERO, wall_start);
+        }
+    };
+    let config = match load_config(&gateway_text) {
         Ok(c) => c,
         Err(e) => {
             lock(&shared).rec.violate(0, format!("the scenario's gateway config is invalid: {e}"));
@@ -58,22 +65,29 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         .rng_seed(turmoil_seed);
     let mut sim = b.build();
 
+    if let Some(t) = &tokens {
+        crate::oauth::host(&mut sim, t, &shared);
+    }
     for u in &scenario.upstreams {
         let routes = u.routes.clone();
+        let guard = tokens.as_ref().filter(|t| t.guards(&u.host)).map(|t| Arc::clone(&t.server));
         let shared = Arc::clone(&shared);
         let host = u.host.clone();
         sim.host(u.host.as_str(), move || {
             let routes = routes.clone();
             let shared = Arc::clone(&shared);
             let host = host.clone();
+            let guard = guard.clone();
             async move {
-                let up = Arc::new(
-                    routes
-                        .into_iter()
-                        .fold(ScriptedUpstream::new().wall_clock(WALL_START_MS), |acc, (model, script)| {
-                            acc.route(&model, script)
-                        }),
-                );
+                let up = routes
+                    .into_iter()
+                    .fold(ScriptedUpstream::new().wall_clock(WALL_START_MS), |acc, (model, script)| {
+                        acc.route(&model, script)
+                    });
+                let up = Arc::new(match guard {
+                    Some(server) => up.require_tokens(server),
+                    None => up,
+                });
                 lock(&shared).upstreams.insert(host, Arc::clone(&up));
                 let listener = SimListener::bind(UPSTREAM_PORT).await?;
                 serve_upstream(listener, up).await;
@@ -323,6 +337,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     }
     let simulated = sim.elapsed();
     end_checks(scenario, &shared, ms(simulated));
+    if let Some(t) = &tokens {
+        crate::oauth::end_checks(t, &shared, ms(simulated));
+    }
     drop(sim);
     drop(state_dir);
     finish(scenario, seed, &shared, simulated, wall_start)
@@ -402,6 +419,7 @@ pub fn bench_scenario() -> Scenario {
             abort_after_ms: 0,
         }],
         faults: Vec::new(),
+        token_server: None,
         expect: scenarios::scenario::Expect::default(),
     }
 }

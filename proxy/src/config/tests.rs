@@ -20,8 +20,13 @@ fn fields(r: Result<Config, ConfigError>) -> Vec<String> {
 #[test]
 fn example_file_is_valid() {
     let text = include_str!("../../../examples/ferroute.toml");
-    let env = |name: &str| Some(format!("value-of-{name}"));
+    let env = |name: &str| match name {
+        "FERROUTE_SECRET_KEY" => Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=".to_owned()),
+        _ => Some(format!("value-of-{name}")),
+    };
     let c = Config::from_toml_str(text, &env, &[]).expect("examples/ferroute.toml is valid");
+    let max = c.connections.iter().find(|x| x.id == "anthropic-max").and_then(|x| x.oauth.as_ref()).expect("oauth");
+    assert_eq!((max.preset.as_str(), max.refresh_token.as_str()), ("claude", "value-of-CLAUDE_REFRESH_TOKEN"));
     assert!(!c.demo);
     assert_eq!(c.server.admin_key.as_deref(), Some("value-of-FERROUTE_ADMIN_KEY"));
     assert!(c.providers.len() >= 2);

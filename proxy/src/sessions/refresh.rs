@@ -9,8 +9,9 @@
 
 use crate::config::OAuthConfig;
 use crate::sessions::accounts::Ticket;
-use crate::state::gateway::Gateway;
+use crate::state::gateway::{Gateway, Observed};
 use bytes::Bytes;
+use ferroute_core::engine::OutcomeKind;
 use ferroute_core::oauth::{Answer, Begin, Lifetime, Why};
 use http::{Request, header};
 use http_body_util::{BodyExt, Full, Limited};
@@ -183,6 +184,11 @@ async fn make<C: Connect + Clone + Send + Sync + 'static>(
             gw.metrics.oauth_refresh(connection, "invalid_grant");
             tracing::error!(connection, %why, "OAuth refresh token refused: the account needs a new sign-in");
             let at = gw.clock.now();
+            // The token endpoint's refusal is an account-level outcome of this connection.
+            if let Some(c) = gw.config.connections.iter().find(|c| c.id == connection) {
+                let outcome = Observed::Outcome { provider: &c.provider, connection, kind: OutcomeKind::AccountLevel };
+                gw.observe(at, outcome);
+            }
             gw.with_engine(|e| e.end_connection(at, connection, &format!("{why}; sign in again")));
             gw.settle();
             false
