@@ -229,3 +229,37 @@ async fn after_a_restart_the_stored_tokens_win_and_no_refresh_token_is_reused() 
     }
     assert!(!bytes.windows(3).any(|w| w == b"at-" || w == b"rt-"), "a token in the data directory");
 }
+
+/// The nightly run: one request a second for ten minutes on 60-second tokens (about 12
+/// rotations), printing when each refresh happened. `RUN_OAUTH_SOAK=1` runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_minutes_on_sixty_second_tokens() {
+    if std::env::var("RUN_OAUTH_SOAK").as_deref() != Ok("1") {
+        eprintln!("skipped (set RUN_OAUTH_SOAK=1 for ten minutes of 60-second tokens)");
+        return;
+    }
+    let tokens = token_server(Duration::from_secs(60)).await;
+    let up = guarded(&tokens).await;
+    let gw = start(accounts(&up, &tokens, &[tokens.server.sign_in()], true), Persistence::Memory).await;
+    let started = tokio::time::Instant::now();
+    let (mut statuses, mut refreshes, mut last) = (Vec::new(), Vec::new(), serde_json::Value::Null);
+    while started.elapsed() < Duration::from_secs(600) {
+        statuses.push(ask(&gw).await.status);
+        let seen = connection(&health(&gw).await, "c1")["oauth"]["last_refresh"].clone();
+        if seen != last && !seen.is_null() {
+            refreshes.push(started.elapsed().as_millis() as u64);
+            last = seen;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let stats = tokens.server.stats();
+    let failed = statuses.iter().filter(|s| **s != 200).count();
+    println!(
+        "{} requests, {failed} failed; refreshes seen at (ms): {refreshes:?}; token server: {stats:?}",
+        statuses.len()
+    );
+    assert_eq!(failed, 0, "{statuses:?}");
+    assert!((11..=13).contains(&stats.refreshed), "{stats:?}");
+    assert_eq!((stats.reused, stats.refused, stats.expired_presented), (0, 0, 0), "{stats:?}");
+    gw.stop().await;
+}

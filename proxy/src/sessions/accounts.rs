@@ -15,8 +15,11 @@ use ferroute_core::oauth::{Account, Answer, Begin, Flight, Lifetime, RefreshStat
 use http::HeaderValue;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::Mutex;
-use tokio::sync::watch;
+use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
 
 /// What a request sends for an OAuth connection.
 #[derive(Debug, Clone)]
@@ -55,8 +58,11 @@ struct Entry {
     credential: Credential,
     refresh_token: String,
     origin: String,
-    /// Counts ended flights; waiters subscribe before the flight can end.
-    ended: watch::Sender<u64>,
+    /// Wakes the requests waiting for a flight to end. Waiters register while the entry is
+    /// locked, so none misses the end; a `Notify` wakes them in the order they came (a
+    /// `watch` channel would spread them over randomly chosen slots, which the simulation
+    /// would see as a different order per run).
+    ended: Arc<Notify>,
 }
 
 /// Every OAuth connection's account, by connection id.
@@ -154,7 +160,7 @@ impl Accounts {
             if new_sign_in {
                 renewed.push(c.id.clone());
             }
-            let ended = entries.remove(&c.id).map_or_else(|| watch::channel(0).0, |e| e.ended);
+            let ended = entries.remove(&c.id).map_or_else(|| Arc::new(Notify::new()), |e| e.ended);
             let credential = Credential { authorization, generation: account.generation() };
             entries.insert(
                 c.id.clone(),
@@ -175,13 +181,13 @@ impl Accounts {
     }
 
     /// Asks for a refresh of `connection` at `now_ms`: the ticket when this caller is to make
-    /// it, and a receiver that changes when the flight in progress ends.
+    /// it, and a waiter that completes when the flight in progress ends.
     pub fn begin(
         &self,
         connection: &str,
         now_ms: u64,
         why: Why,
-    ) -> (Begin, Option<Ticket>, Option<watch::Receiver<u64>>) {
+    ) -> (Begin, Option<Ticket>, Option<Pin<Box<OwnedNotified>>>) {
         let mut entries = self.lock();
         let Some(e) = entries.get_mut(connection) else { return (Begin::No, None, None) };
         let begin = e.account.begin(now_ms, why);
@@ -189,7 +195,9 @@ impl Accounts {
             Begin::Refresh(flight) => Some(Ticket { flight, refresh_token: e.refresh_token.clone() }),
             _ => None,
         };
-        (begin, ticket, Some(e.ended.subscribe()))
+        let mut waiter = Box::pin(Arc::clone(&e.ended).notified_owned());
+        waiter.as_mut().enable();
+        (begin, ticket, Some(waiter))
     }
 
     /// Ends a flight. With new tokens (`Some`, already stored), requests send them from now on.
@@ -214,7 +222,7 @@ impl Accounts {
                 None => tracing::error!(connection, "the refreshed access token cannot be sent as a header"),
             }
         }
-        e.ended.send_modify(|n| *n += 1);
+        e.ended.notify_waiters();
         taken
     }
 

@@ -135,8 +135,8 @@ pub async fn refresh<C: Connect + Clone + Send + Sync + 'static>(
         (Begin::Newer, _) => true,
         (Begin::Refresh(_), Some(ticket)) => make(gw, connection, &o, &ticket).await,
         (Begin::InFlight, _) => {
-            if let Some(mut ended) = ended {
-                let _ = tokio::time::timeout(wait, ended.changed()).await;
+            if let Some(ended) = ended {
+                let _ = tokio::time::timeout(wait, ended).await;
             }
             gw.accounts.credential(connection).map(|c| c.generation) != before
         }
