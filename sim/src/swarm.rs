@@ -9,6 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use scenarios::scenario::{
     Abort, Expect, Fault, FaultAction, ResponseExpect, Scenario, StateExpect, UpstreamSpec, Workload,
 };
+use scenarios::token_server::{TokenFaultSpec, TokenServerSpec};
 use scenarios::{Behaviour, Mode, Script, Window};
 use std::collections::BTreeMap;
 
@@ -168,7 +169,7 @@ pub fn generate(seed: u64) -> Scenario {
     }
     // Liveness phase: every provider is probed until the bound; the last requests must succeed.
     let check_at = SAFETY_MS + LIVENESS_BOUND_MS;
-    let mut responses = Vec::new();
+    let mut responses: Vec<ResponseExpect> = Vec::new();
     for p in 0..providers {
         let client = format!("live-{p}");
         let count = (check_at + 10_000 - SAFETY_MS) / 2_000;
@@ -234,6 +235,8 @@ pub fn generate(seed: u64) -> Scenario {
             }
         }
     }
+    let token_server =
+        oauth_accounts(seed, &replicas, &mut gateway, &mut upstreams, &mut workload, &mut responses, &mut states);
     Scenario {
         replicas,
         name: format!("swarm-{seed}"),
@@ -246,7 +249,7 @@ pub fn generate(seed: u64) -> Scenario {
         upstreams,
         workload,
         faults,
-        token_server: None,
+        token_server,
         expect: Expect {
             responses,
             counts: Vec::new(),
@@ -261,4 +264,99 @@ pub fn generate(seed: u64) -> Scenario {
 /// A seed's scenario as TOML (to inspect or keep as a regression).
 pub fn to_toml(s: &Scenario) -> String {
     toml::to_string(s).unwrap_or_else(|e| format!("# could not serialise: {e}\n"))
+}
+
+/// Some seeds (without replicas, which do not serve OAuth accounts yet) add a subscription
+/// provider `po` whose one or two OAuth accounts refresh at a token server that is down, slow or
+/// revokes access tokens now and then — never long enough to outlast a token, so every account
+/// must still serve when the liveness phase ends. (Its own stream of the seed, so that the rest
+/// of the scenario is what it was without it.)
+fn oauth_accounts(
+    seed: u64,
+    replicas: &[String],
+    gateway: &mut String,
+    upstreams: &mut Vec<UpstreamSpec>,
+    workload: &mut Vec<Workload>,
+    responses: &mut Vec<ResponseExpect>,
+    states: &mut Vec<StateExpect>,
+) -> Option<TokenServerSpec> {
+    let mut ro = ChaCha8Rng::seed_from_u64(seed ^ 0x0a07_4e11);
+    if !replicas.is_empty() || !ro.random_bool(0.3) {
+        return None;
+    }
+    let lifetime_ms = ro.random_range(60_000..180_000u64);
+    gateway.push_str(
+        "[[providers]]\nid = \"po\"\nformat = \"anthropic\"\nbase_url = \"http://up-o:9000/v1\"\nclass = \"oauth\"\nmodels = [\"m\"]\n",
+    );
+    let mut accounts = Vec::new();
+    for c in 0..ro.random_range(1..=2usize) {
+        let id = format!("po-c{c}");
+        gateway.push_str(&format!("[[connections]]\nid = \"{id}\"\nprovider = \"po\"\n{{oauth:{id}}}\n"));
+        accounts.push(id);
+    }
+    let healthy = Behaviour::Echo { latency_ms: ro.random_range(0..50), chunk_ms: 10 };
+    upstreams.push(UpstreamSpec {
+        host: "up-o".into(),
+        routes: [("m".to_owned(), Script::always(healthy))].into_iter().collect(),
+    });
+    // Outages of at most 10 s: shorter than the 20 % of a token's life between its refresh and
+    // its expiry, so a token never expires while the endpoint is down.
+    let mut faults = Vec::new();
+    let mut quiet = Vec::new();
+    for _ in 0..ro.random_range(0..3u32) {
+        let at = ro.random_range(0..SAFETY_MS);
+        let until = at + ro.random_range(1_000..10_000);
+        let fault = if ro.random_bool(0.5) { "down" } else { "slow" };
+        faults.push(TokenFaultSpec { at_ms: at, fault: fault.into(), slow_ms: ro.random_range(100..2_000) });
+        faults.push(TokenFaultSpec { at_ms: until, fault: "none".into(), slow_ms: 0 });
+        quiet.push(at.saturating_sub(1_000)..until + 1_000);
+    }
+    faults.sort_by_key(|f| f.at_ms);
+    // Outages may overlap: the last word before any time is what holds, so keep the windows apart.
+    faults.dedup_by_key(|f| f.at_ms);
+    if ro.random_bool(0.5) {
+        let at = ro.random_range(0..SAFETY_MS);
+        if !quiet.iter().any(|w| w.contains(&at)) {
+            faults.push(TokenFaultSpec { at_ms: at, fault: "expire_access".into(), slow_ms: 0 });
+        }
+    }
+    let client = "live-oauth".to_owned();
+    let check_at = SAFETY_MS + LIVENESS_BOUND_MS;
+    let count = (check_at + 10_000) / 2_000;
+    workload.push(Workload {
+        gateway: None,
+        client: client.clone(),
+        start_ms: 0,
+        every_ms: 2_000,
+        count,
+        model: "po/m".into(),
+        stream: ro.random_bool(0.3),
+        anthropic: ro.random_bool(0.5),
+        headers: BTreeMap::new(),
+        prompt: None,
+        pad_bytes: 0,
+        tools: 0,
+        path: None,
+        method: Default::default(),
+        body: None,
+        abort: None,
+        abort_after_ms: 0,
+    });
+    responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
+    for id in &accounts {
+        states.push(StateExpect {
+            at_ms: check_at,
+            connection: Some(id.clone()),
+            status: Some("active".into()),
+            ..Default::default()
+        });
+    }
+    Some(TokenServerSpec {
+        lifetime_ms,
+        accounts,
+        guards: vec!["up-o".into()],
+        faults,
+        refreshed: None,
+        refused: Some(0),
+    })
 }
