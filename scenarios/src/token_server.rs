@@ -14,8 +14,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io;
@@ -261,21 +259,8 @@ impl TokenServer {
 }
 
 /// Serves `server` on `listener` until the task is dropped.
-pub async fn serve_token_server<L: Listener>(mut listener: L, server: Arc<TokenServer>) {
-    loop {
-        let Ok((io, _peer)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        let server = Arc::clone(&server);
-        tokio::spawn(async move {
-            let svc = service_fn(move |req| Arc::clone(&server).handle(req));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .auto_date_header(false)
-                .serve_connection(TokioIo::new(io), svc)
-                .await;
-        });
-    }
+pub async fn serve_token_server<L: Listener>(listener: L, server: Arc<TokenServer>) {
+    crate::http_host::serve(listener, server, TokenServer::handle).await;
 }
 
 /// The 401 an upstream that requires the token server's tokens answers (Anthropic's shape).

@@ -7,8 +7,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -461,21 +459,8 @@ async fn play_one(
 }
 
 /// Serves `upstream` on `listener` until the task is dropped.
-pub async fn serve_upstream<L: Listener>(mut listener: L, upstream: Arc<ScriptedUpstream>) {
-    loop {
-        let Ok((io, _peer)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        let up = Arc::clone(&upstream);
-        tokio::spawn(async move {
-            let svc = service_fn(move |req| Arc::clone(&up).handle(req));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .auto_date_header(false)
-                .serve_connection(TokioIo::new(io), svc)
-                .await;
-        });
-    }
+pub async fn serve_upstream<L: Listener>(listener: L, upstream: Arc<ScriptedUpstream>) {
+    crate::http_host::serve(listener, upstream, ScriptedUpstream::handle).await;
 }
 
 #[cfg(test)]

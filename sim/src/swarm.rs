@@ -173,25 +173,7 @@ pub fn generate(seed: u64) -> Scenario {
     for p in 0..providers {
         let client = format!("live-{p}");
         let count = (check_at + 10_000 - SAFETY_MS) / 2_000;
-        workload.push(Workload {
-            gateway: None,
-            client: client.clone(),
-            start_ms: SAFETY_MS,
-            every_ms: 2_000,
-            count,
-            model: format!("p{p}/m"),
-            stream: false,
-            anthropic: rng.random_bool(0.5),
-            headers: BTreeMap::new(),
-            prompt: None,
-            pad_bytes: 0,
-            tools: 0,
-            path: None,
-            method: Default::default(),
-            body: None,
-            abort: None,
-            abort_after_ms: 0,
-        });
+        workload.push(steady(&client, format!("p{p}/m"), SAFETY_MS, count, false, rng.random_bool(0.5)));
         responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
     }
     let mut states = Vec::new();
@@ -266,6 +248,29 @@ pub fn to_toml(s: &Scenario) -> String {
     toml::to_string(s).unwrap_or_else(|e| format!("# could not serialise: {e}\n"))
 }
 
+/// A patient client: a request for `model` every 2 s from `start_ms` on, `count` of them.
+fn steady(client: &str, model: String, start_ms: u64, count: u64, stream: bool, anthropic: bool) -> Workload {
+    Workload {
+        gateway: None,
+        client: client.to_owned(),
+        start_ms,
+        every_ms: 2_000,
+        count,
+        model,
+        stream,
+        anthropic,
+        headers: BTreeMap::new(),
+        prompt: None,
+        pad_bytes: 0,
+        tools: 0,
+        path: None,
+        method: Default::default(),
+        body: None,
+        abort: None,
+        abort_after_ms: 0,
+    }
+}
+
 /// Some seeds (without replicas, which do not serve OAuth accounts yet) add a subscription
 /// provider `po` whose one or two OAuth accounts refresh at a token server that is down, slow or
 /// revokes access tokens now and then — never long enough to outlast a token, so every account
@@ -323,25 +328,8 @@ fn oauth_accounts(
     let client = "live-oauth".to_owned();
     let check_at = SAFETY_MS + LIVENESS_BOUND_MS;
     let count = (check_at + 10_000) / 2_000;
-    workload.push(Workload {
-        gateway: None,
-        client: client.clone(),
-        start_ms: 0,
-        every_ms: 2_000,
-        count,
-        model: "po/m".into(),
-        stream: ro.random_bool(0.3),
-        anthropic: ro.random_bool(0.5),
-        headers: BTreeMap::new(),
-        prompt: None,
-        pad_bytes: 0,
-        tools: 0,
-        path: None,
-        method: Default::default(),
-        body: None,
-        abort: None,
-        abort_after_ms: 0,
-    });
+    let stream = ro.random_bool(0.3);
+    workload.push(steady(&client, "po/m".into(), 0, count, stream, ro.random_bool(0.5)));
     responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
     for id in &accounts {
         states.push(StateExpect {
