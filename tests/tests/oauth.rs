@@ -92,10 +92,12 @@ async fn short_lived_tokens_are_refreshed_in_the_background_and_no_request_fails
     }
     let stats = tokens.server.stats();
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?} {stats:?}");
-    // 9 s of 2-second tokens refreshed at 80 %: about 5 rotations.
+    // 9 s of 2-second tokens refreshed at 80 %: about 5 rotations. (A refresh delayed past a
+    // token's expiry on a loaded machine is answered by the 401 path, so the invariant checked
+    // is that no request sent an old token once a newer one had been issued before it expired.)
     assert!(stats.refreshed >= 4, "{stats:?}");
     assert_eq!(
-        (stats.reused, stats.refused, stats.expired_presented, stats.invalid_presented),
+        (stats.reused, stats.refused, stats.stale_presented, stats.invalid_presented),
         (0, 0, 0, 0),
         "{stats:?}"
     );
@@ -174,14 +176,20 @@ async fn a_refused_refresh_token_ends_the_connection_and_its_sibling_serves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_server_that_is_down_while_the_token_is_valid_fails_no_request() {
-    let tokens = token_server(Duration::from_secs(4)).await;
+    // A 10-second token is due at 8 s; the endpoint is down until 8.5 s, so that refresh fails
+    // and is tried again (5 s later, after the expiry: the first request then refused
+    // refreshes at once).
+    let tokens = token_server(Duration::from_secs(10)).await;
     let up = guarded(&tokens).await;
     tokens.server.set_fault(TokenFault::Down);
     let gw = start(accounts(&up, &tokens, &[tokens.server.sign_in()], false), Persistence::Memory).await;
+    let started = tokio::time::Instant::now();
     let mut statuses = Vec::new();
-    for i in 0..40 {
-        if i == 20 {
+    let mut down = true;
+    while started.elapsed() < Duration::from_secs(14) {
+        if down && started.elapsed() >= Duration::from_millis(8_500) {
             tokens.server.set_fault(TokenFault::None);
+            down = false;
         }
         statuses.push(ask(&gw).await.status);
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -190,7 +198,7 @@ async fn a_token_server_that_is_down_while_the_token_is_valid_fails_no_request()
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?} {stats:?}");
     assert!(stats.unavailable >= 1, "the refresh met the outage: {stats:?}");
     assert!(stats.refreshed >= 1, "and succeeded after it: {stats:?}");
-    assert_eq!(stats.reused, 0);
+    assert_eq!((stats.reused, stats.stale_presented), (0, 0), "{stats:?}");
     let h = health(&gw).await;
     assert_eq!(connection(&h, "c1")["oauth"]["state"], "valid", "{h}");
     gw.stop().await;
@@ -220,7 +228,7 @@ async fn after_a_restart_the_stored_tokens_win_and_no_refresh_token_is_reused() 
     }
     let after = tokens.server.stats();
     assert!(after.refreshed > before.refreshed, "{after:?}");
-    assert_eq!((after.reused, after.refused, after.expired_presented), (0, 0, 0), "{after:?}");
+    assert_eq!((after.reused, after.refused, after.stale_presented), (0, 0, 0), "{after:?}");
     gw.stop().await;
     // Sealed at rest: no token in the database files.
     let mut bytes = Vec::new();
