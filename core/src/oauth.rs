@@ -202,6 +202,11 @@ impl Account {
         }
     }
 
+    /// Whether `flight` is the one in progress (its answer would be taken).
+    pub fn is_current(&self, flight: Flight) -> bool {
+        self.state == RefreshState::Refreshing && flight.generation == self.generation
+    }
+
     /// Records how `flight` ended; an answer to a flight that is not the current one (its
     /// tokens were replaced meanwhile) changes nothing. Returns whether it was taken.
     pub fn finish(&mut self, flight: Flight, answer: Answer, now_ms: u64) -> bool {

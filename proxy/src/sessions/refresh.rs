@@ -162,12 +162,8 @@ async fn make<C: Connect + Clone + Send + Sync + 'static>(
             };
             // Stored before any request sends them: a restart must not present the refresh
             // token this refresh just used up.
-            if let Some(store) = &gw.store
-                && let Err(e) = store.save_tokens(connection, &tokens, gw.accounts.sealer(), now)
-            {
-                tracing::error!(connection, error = %e, "could not store refreshed OAuth tokens; using them anyway");
-            }
-            let taken = gw.accounts.finish(connection, ticket, Answer::Refreshed(lifetime), Some(&tokens), now);
+            let new = Some((&tokens, gw.store.as_deref()));
+            let taken = gw.accounts.finish(connection, ticket, Answer::Refreshed(lifetime), new, now);
             gw.metrics.oauth_refresh(connection, "refreshed");
             tracing::info!(connection, expires_at_ms = lifetime.expires_at_ms, "OAuth tokens refreshed");
             taken
