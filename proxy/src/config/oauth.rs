@@ -7,8 +7,9 @@ use ferroute_core::oauth::DEFAULT_REFRESH_AT;
 use ferroute_core::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
-/// `oauth = { preset, access_token, refresh_token, expires_at, … }` on a connection.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `oauth = { preset, access_token, refresh_token, expires_at, … }` on a connection. Its
+/// `Debug` never shows a token.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OAuthConfig {
     /// `claude` or `codex`: how the tokens are refreshed and sent.
@@ -32,6 +33,21 @@ pub struct OAuthConfig {
     /// The ChatGPT account id the `codex` preset sends (`chatgpt-account-id`).
     #[serde(default)]
     pub account_id: Option<String>,
+}
+
+impl std::fmt::Debug for OAuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthConfig")
+            .field("preset", &self.preset)
+            .field("access_token", &"<redacted>")
+            .field("refresh_token", &"<redacted>")
+            .field("expires_at", &self.expires_at)
+            .field("token_url", &self.token_url)
+            .field("client_id", &self.client_id)
+            .field("refresh_at", &self.refresh_at)
+            .field("account_id", &self.account_id)
+            .finish()
+    }
 }
 
 impl OAuthConfig {

@@ -149,3 +149,10 @@ fn an_expired_file_and_a_codex_account_id_are_told() {
     let said = import_file(&cfg, &data, Client::Codex, &file, "codex-1", 1_780_000_000_000).expect("imported");
     assert!(said.contains("unencrypted") && said.contains(r#"account_id "acct-1""#), "{said}");
 }
+
+#[test]
+fn a_config_printed_for_debugging_shows_no_token() {
+    let shown = format!("{:?}", config(true));
+    assert!(shown.contains("preset: \"claude\"") && shown.contains("<redacted>"), "{shown}");
+    assert!(!shown.contains("at-config") && !shown.contains("rt-config"), "{shown}");
+}
