@@ -171,6 +171,12 @@ async fn a_refused_refresh_token_ends_the_connection_and_its_sibling_serves() {
         assert_eq!(ask(&gw).await.header("x-ferroute-selected-connection-id"), Some("c2"));
     }
     assert_eq!(tokens.server.stats().refused, 1);
+    // A new sign-in in the config (as a reload reads it) brings the same connection back.
+    let c2 = accounts(&up, &tokens, &[tokens.server.sign_in(), tokens.server.sign_in()], false);
+    let next = gw.gw.successor(c2);
+    let now = next.clock.now();
+    assert_eq!(next.with_engine(|e| e.connection("c1").status(now).as_str()), "active");
+    assert_eq!(next.accounts.view("c1").map(|v| v.state), Some("valid"));
     gw.stop().await;
 }
 
