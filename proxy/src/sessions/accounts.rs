@@ -118,10 +118,17 @@ impl Accounts {
         for c in &config.connections {
             let Some(o) = &c.oauth else { continue };
             let origin = origin_of(&o.refresh_token);
+            // A row that does not open (another key, altered) is left as it is: it may hold the
+            // only live refresh token, and a corrected key opens it again.
+            let mut unreadable = false;
             let stored = match store.map(|s| s.load_tokens(&c.id, &self.sealer)) {
                 Some(Ok(t)) => t,
                 Some(Err(e)) => {
-                    problems.push(format!("{}: {e}; using the config's tokens", c.id));
+                    problems.push(format!(
+                        "{}: {e}; using the config's tokens without storing them over the row",
+                        c.id
+                    ));
+                    unreadable = true;
                     None
                 }
                 None => None,
@@ -143,7 +150,7 @@ impl Accounts {
                         origin: origin.clone(),
                         last_refresh_ms: None,
                     };
-                    if let Some(s) = store
+                    if let Some(s) = store.filter(|_| !unreadable)
                         && let Err(e) = s.save_tokens(&c.id, &tokens, &self.sealer, now_ms)
                     {
                         problems.push(format!("{}: {e}", c.id));
@@ -381,5 +388,27 @@ mod tests {
             panic!("a flight")
         };
         assert_eq!(ticket.refresh_token, "rt-2");
+    }
+
+    #[test]
+    fn a_stored_row_that_does_not_open_is_never_overwritten_by_the_config() {
+        let dir = tempfile::tempdir().expect("a dir");
+        let right = Sealer::new(Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=")).expect("a key");
+        let wrong = Sealer::new(Some("HyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4=")).expect("a key");
+        let store = Store::open_dir(dir.path()).expect("a store");
+        let first = Accounts::new(right.clone());
+        first.sync(&config("at-1", "rt-1"), Some(&store), NOW);
+        let (_, Some(ticket), _) = first.begin("c1", NOW, Why::Refused { generation: 0 }) else { panic!("a flight") };
+        let life = Lifetime { issued_at_ms: NOW, expires_at_ms: NOW + 3_600_000 };
+        let next = first.next_tokens("c1", "at-2".into(), "rt-2".into(), life, NOW).expect("tokens");
+        assert!(first.finish("c1", &ticket, Answer::Refreshed(life), Some((&next, Some(&store))), NOW));
+        // Started with the wrong key: the config's tokens serve, the row is told about and kept.
+        let mistaken = Accounts::new(wrong);
+        let (renewed, problems) = mistaken.sync(&config("at-1", "rt-1"), Some(&store), NOW + 1);
+        assert!(renewed.is_empty());
+        assert!(problems.len() == 1 && problems[0].contains("do not decrypt"), "{problems:?}");
+        assert_eq!(header(&mistaken), "Bearer at-1");
+        let kept = store.load_tokens("c1", &right).expect("still opens").expect("a row");
+        assert_eq!((kept.refresh_token.as_str(), kept.generation), ("rt-2", 1));
     }
 }
