@@ -1,11 +1,11 @@
 //! What a subscription account's sign-in does to its connection (M3): a refresh token the token
 //! endpoint refused ends the connection as `expired` at once, without waiting for a request to
-//! fail; new tokens (a new sign-in) bring it back through [`Engine::reset_connection`].
+//! fail; new tokens (a refresh, a new sign-in) end an `expired` state, and only that one.
 
 use super::change::Pending;
 use super::{Engine, Event};
 use crate::connection::Applied;
-use crate::types::{Reason, TerminalState};
+use crate::types::{ConnectionStatus, Reason, TerminalState};
 use std::time::Instant;
 
 impl Engine {
@@ -20,6 +20,17 @@ impl Engine {
         let connection = self.intern(id);
         self.push(Event::ConnectionTerminal { connection: connection.clone(), state: TerminalState::Expired });
         self.collect(Pending::Connection { connection, reason: Reason::AuthError });
+        true
+    }
+
+    /// New credentials for connection `id` (a refresh, a new sign-in): an `expired` connection
+    /// serves again; a ban, exhausted credits or a cooldown stay. Returns whether it changed.
+    pub fn renew_connection(&mut self, now: Instant, id: &str) -> bool {
+        if self.connection(id).status(now) != ConnectionStatus::Expired {
+            return false;
+        }
+        // Expired => Available
+        self.reset_connection(id);
         true
     }
 }

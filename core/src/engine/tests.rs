@@ -353,7 +353,11 @@ fn an_account_that_needs_a_new_sign_in_ends_expired_until_it_is_reset() {
     // A terminal state is never overwritten.
     assert!(!e.end_connection(now + S(1), "k1", "again"));
     assert!(e.poll_event().is_none());
-    e.reset_connection("k1");
+    // New credentials end it; on a connection that is not expired they change nothing.
+    assert!(e.renew_connection(now + S(2), "k1"));
     assert_eq!(e.connection("k1").terminal(), None);
     assert!(matches!(e.poll_event(), Some(Event::ConnectionRecovered { .. })));
+    assert!(!e.renew_connection(now + S(3), "k1"));
+    assert!(!e.renew_connection(now + S(3), "never-seen"));
+    assert!(e.poll_event().is_none());
 }

@@ -124,10 +124,8 @@ impl Accounts {
             let stored = match store.map(|s| s.load_tokens(&c.id, &self.sealer)) {
                 Some(Ok(t)) => t,
                 Some(Err(e)) => {
-                    problems.push(format!(
-                        "{}: {e}; using the config's tokens without storing them over the row",
-                        c.id
-                    ));
+                    problems
+                        .push(format!("{}: {e}; using the config's tokens without storing them over the row", c.id));
                     unreadable = true;
                     None
                 }

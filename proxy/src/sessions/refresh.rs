@@ -164,6 +164,12 @@ async fn make<C: Connect + Clone + Send + Sync + 'static>(
             // token this refresh just used up.
             let new = Some((&tokens, gw.store.as_deref()));
             let taken = gw.accounts.finish(connection, ticket, Answer::Refreshed(lifetime), new, now);
+            // A connection a refused token ended (while the endpoint was down) serves again.
+            let at = gw.clock.now();
+            if taken && gw.with_engine(|e| e.renew_connection(at, connection)) {
+                tracing::info!(connection, "OAuth tokens refreshed: the expired connection serves again");
+                gw.settle();
+            }
             gw.metrics.oauth_refresh(connection, "refreshed");
             tracing::info!(connection, expires_at_ms = lifetime.expires_at_ms, "OAuth tokens refreshed");
             taken

@@ -200,7 +200,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         }
         if !renewed.is_empty() {
             tracing::info!(connections = ?renewed, "OAuth connections signed in anew");
-            self.with_engine(|e| renewed.iter().for_each(|id| e.reset_connection(id)));
+            let now = self.clock.now();
+            self.with_engine(|e| renewed.iter().for_each(|id| _ = e.renew_connection(now, id)));
             self.settle();
         }
     }
