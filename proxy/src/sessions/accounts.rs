@@ -69,6 +69,9 @@ struct Entry {
 pub struct Accounts {
     sealer: Sealer,
     entries: Mutex<BTreeMap<String, Entry>>,
+    /// Told when a refresh may have become due at another time (accounts added or replaced, a
+    /// flight ended), so the background refresher waits for that or the next due time.
+    changed: Arc<Notify>,
 }
 
 impl std::fmt::Debug for Accounts {
@@ -92,7 +95,12 @@ fn config_lifetime(o: &OAuthConfig, now_ms: u64) -> Lifetime {
 impl Accounts {
     /// No accounts yet; [`Accounts::sync`] adds the config's.
     pub fn new(sealer: Sealer) -> Accounts {
-        Accounts { sealer, entries: Mutex::new(BTreeMap::new()) }
+        Accounts { sealer, entries: Mutex::new(BTreeMap::new()), changed: Arc::new(Notify::new()) }
+    }
+
+    /// What the background refresher waits on besides the next due time.
+    pub fn changed(&self) -> Arc<Notify> {
+        Arc::clone(&self.changed)
     }
 
     /// The sealer tokens are stored with.
@@ -172,6 +180,8 @@ impl Accounts {
                 Entry { account, credential, refresh_token: tokens.refresh_token, origin, ended },
             );
         }
+        drop(entries);
+        self.changed.notify_one();
         (renewed, problems)
     }
 
@@ -236,6 +246,7 @@ impl Accounts {
             }
         }
         e.ended.notify_waiters();
+        self.changed.notify_one();
         taken
     }
 
@@ -266,13 +277,17 @@ impl Accounts {
         self.lock().values().filter_map(|e| e.account.next_refresh_ms()).min()
     }
 
-    /// The accounts whose refresh is due at `now_ms`.
-    pub fn due(&self, now_ms: u64) -> Vec<String> {
-        self.lock()
-            .iter()
-            .filter(|(_, e)| e.account.next_refresh_ms().is_some_and(|d| d <= now_ms))
-            .map(|(id, _)| id.clone())
-            .collect()
+    /// Starts the refresh of every account due at `now_ms`: each one's flight and the refresh
+    /// token it presents.
+    pub fn start_due(&self, now_ms: u64) -> Vec<(String, Ticket)> {
+        let mut entries = self.lock();
+        let mut started = Vec::new();
+        for (id, e) in entries.iter_mut() {
+            if let Begin::Refresh(flight) = e.account.begin(now_ms, Why::Scheduled) {
+                started.push((id.clone(), Ticket { flight, refresh_token: e.refresh_token.clone() }));
+            }
+        }
+        started
     }
 
     /// What health shows of `connection`'s account.

@@ -24,8 +24,6 @@ use std::time::Duration;
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest token response read.
 const MAX_TOKEN_BODY: usize = 64 * 1024;
-/// How long the background refresher sleeps at most between two looks.
-const LOOK_EVERY: Duration = Duration::from_secs(60);
 /// An access token's lifetime when the token endpoint does not say (`expires_in`) and the
 /// token is not a JWT with an `exp`.
 const DEFAULT_LIFETIME_MS: u64 = 3_600_000;
@@ -211,23 +209,36 @@ pub async fn renew<C: Connect + Clone + Send + Sync + 'static>(
     tokio::time::timeout(wait, refresh(gw, connection, Why::Refused { generation }, wait)).await.unwrap_or(false)
 }
 
-/// The background refresher: wakes when the next refresh is due (at least every minute, so a
-/// reloaded config's accounts are seen) and refreshes every account that is due, each on its
-/// own task.
+/// The background refresher: starts the refresh of every account that is due (each on its own
+/// task), then waits for the next due time or for the accounts to change (a reload, an import
+/// taken, a flight that ended), whichever comes first.
 pub async fn run<C: Connect + Clone + Send + Sync + 'static>(current: impl Fn() -> Arc<Gateway<C>>) {
     loop {
         let gw = current();
+        let changed = gw.accounts.changed();
         let now = gw.clock.wall_now_ms();
-        for connection in gw.accounts.due(now) {
+        for (connection, ticket) in gw.accounts.start_due(now) {
+            let Some(o) = gw.config.connections.iter().find(|c| c.id == connection).and_then(|c| c.oauth.clone())
+            else {
+                // Not in this config (a reload raced the look): let the next look start it again.
+                gw.accounts.finish(&connection, &ticket, Answer::Retryable, None, now);
+                continue;
+            };
             let gw = Arc::clone(&gw);
-            tokio::spawn(async move { refresh(&gw, &connection, Why::Scheduled, TOKEN_TIMEOUT).await });
+            tokio::spawn(async move { make(&gw, &connection, &o, &ticket).await });
         }
-        let next = gw.accounts.next_due_ms().map_or(LOOK_EVERY, |due| {
-            // A due account whose refresh just started is not due again until it ends.
-            Duration::from_millis(due.saturating_sub(gw.clock.wall_now_ms()).max(100)).min(LOOK_EVERY)
-        });
+        let wait = gw.accounts.next_due_ms().map(|due| Duration::from_millis(due.saturating_sub(now)));
         drop(gw);
-        tokio::time::sleep(next).await;
+        match wait {
+            Some(wait) => {
+                tokio::select! {
+                    biased;
+                    () = changed.notified() => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+            None => changed.notified().await,
+        }
     }
 }
 
