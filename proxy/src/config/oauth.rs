@@ -3,7 +3,7 @@
 
 use super::error::err;
 use super::provider::Format;
-use ferroute_core::oauth::DEFAULT_REFRESH_AT;
+use ferroute_core::oauth::{DEFAULT_REFRESH_AT, Lifetime};
 use ferroute_core::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +64,12 @@ impl OAuthConfig {
     /// The OAuth client id.
     pub fn client_id(&self) -> &str {
         self.client_id.as_deref().or(self.preset().map(|p| p.client_id)).unwrap_or_default()
+    }
+
+    /// The lifetime of the tokens this table names, seen at `now_ms`: issued then (their issue
+    /// time is not known), or at their expiry when that has passed.
+    pub fn lifetime(&self, now_ms: u64) -> Lifetime {
+        Lifetime { issued_at_ms: now_ms.min(self.expires_at), expires_at_ms: self.expires_at }
     }
 
     /// The share of the lifetime after which a token is refreshed.

@@ -191,7 +191,7 @@ pub fn list(config: &Config, data_dir: &Path, now_ms: u64) -> Result<String, Str
         let Some(o) = &c.oauth else { continue };
         let (source, lifetime, last) = match store.load_tokens(&c.id, &sealer) {
             Ok(Some(t)) if t.origin == origin_of(&o.refresh_token) => ("stored", t.lifetime, t.last_refresh_ms),
-            Ok(_) => ("config", Lifetime { issued_at_ms: now_ms.min(o.expires_at), expires_at_ms: o.expires_at }, None),
+            Ok(_) => ("config", o.lifetime(now_ms), None),
             Err(e) => return Err(e.to_string()),
         };
         let account = Account::new(lifetime, o.refresh_at(), 0);

@@ -5,7 +5,7 @@
 use crate::edge::errors::{Body, ProxyError, Source, full, upstream_message};
 use crate::request::attempt::{Attempt, DROPPED};
 use crate::request::endpoint::{SELECTED, SELECTED_HEADER};
-use crate::request::exchange::{self, Inbound, Prepared};
+use crate::request::exchange::{self, ANTHROPIC_BETA, Inbound, Prepared};
 use crate::request::resolve::Target;
 use crate::request::stream::{Finalizer, Relay, relay};
 use crate::state::gateway::queues::Slot;
@@ -112,13 +112,13 @@ fn oauth_headers(h: &mut http::HeaderMap, o: &crate::config::OAuthConfig, author
     h.insert(http::header::AUTHORIZATION, authorization);
     let Some(preset) = o.preset() else { return };
     if let Some(beta) = preset.beta {
-        let merged = match h.get(ANTHROPIC_BETA).and_then(|v| v.to_str().ok()) {
+        let merged = match h.get(&ANTHROPIC_BETA).and_then(|v| v.to_str().ok()) {
             Some(list) if list.split(',').any(|b| b.trim() == beta) => None,
             Some(list) if !list.trim().is_empty() => Some(format!("{list},{beta}")),
             _ => Some(beta.to_owned()),
         };
         if let Some(v) = merged.and_then(|m| HeaderValue::try_from(m).ok()) {
-            h.insert(ANTHROPIC_BETA, v);
+            h.insert(ANTHROPIC_BETA.clone(), v);
         }
     }
     if let (Some(name), Some(id)) = (preset.account_header, o.account_id.as_deref())
@@ -127,8 +127,6 @@ fn oauth_headers(h: &mut http::HeaderMap, o: &crate::config::OAuthConfig, author
         h.insert(name, v);
     }
 }
-
-const ANTHROPIC_BETA: &str = "anthropic-beta";
 
 /// One attempt. `route_key` names the combo or model the request routes by (lkgp remembers
 /// the target that served it).

@@ -7,7 +7,7 @@
 //! config's, which are then written to the store (a new sign-in: the connection's `expired`
 //! state ends, its id and history stay).
 
-use crate::config::{Config, ConnectionConfig, OAuthConfig};
+use crate::config::{Config, ConnectionConfig};
 use crate::sessions::sealed::Sealer;
 use crate::sessions::token_store::{StoredTokens, origin_of};
 use crate::state::store::{Store, StoreError};
@@ -86,12 +86,6 @@ fn bearer(access_token: &str) -> Option<HeaderValue> {
     Some(v)
 }
 
-/// The lifetime of tokens the config names: issued now (their issue time is not known), or at
-/// their expiry when that has passed.
-fn config_lifetime(o: &OAuthConfig, now_ms: u64) -> Lifetime {
-    Lifetime { issued_at_ms: now_ms.min(o.expires_at), expires_at_ms: o.expires_at }
-}
-
 impl Accounts {
     /// No accounts yet; [`Accounts::sync`] adds the config's.
     pub fn new(sealer: Sealer) -> Accounts {
@@ -151,7 +145,7 @@ impl Accounts {
                     let tokens = StoredTokens {
                         access_token: o.access_token.clone(),
                         refresh_token: o.refresh_token.clone(),
-                        lifetime: config_lifetime(o, now_ms),
+                        lifetime: o.lifetime(now_ms),
                         generation,
                         origin: origin.clone(),
                         last_refresh_ms: None,
