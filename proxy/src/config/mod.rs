@@ -232,6 +232,27 @@ impl Config {
 
     fn validate_into(&self, errors: &mut Vec<FieldError>) {
         self.state.validate_into(errors);
+        self.validate_server(errors);
+        self.validate_keys(errors);
+        provider::validate(&self.providers, errors);
+        let mut ids = BTreeSet::new();
+        for (i, c) in self.connections.iter().enumerate() {
+            if !ids.insert(c.id.clone()) {
+                errors.push(err(format!("connections[{i}].id"), format!("duplicate connection id {:?}", c.id)));
+            }
+            self.validate_connection(i, c, errors);
+        }
+        let sections = combos::Sections {
+            combos: &self.combos,
+            providers: &self.providers,
+            connections: &self.connections,
+            emergency_fallback: &self.emergency_fallback,
+        };
+        combos::validate(&sections, errors);
+    }
+
+    /// `[server]`.
+    fn validate_server(&self, errors: &mut Vec<FieldError>) {
         if self.server.listen.parse::<SocketAddr>().is_err() {
             errors.push(err(
                 "server.listen",
@@ -258,6 +279,10 @@ impl Config {
         if self.server.shutdown_grace_ms > 3_600_000 {
             errors.push(err("server.shutdown_grace_ms", "is out of range (at most 3600000)"));
         }
+    }
+
+    /// `[[keys]]`: ids unique, keys long enough, allowed connections configured.
+    fn validate_keys(&self, errors: &mut Vec<FieldError>) {
         let mut seen = BTreeSet::new();
         for (i, k) in self.keys.iter().enumerate() {
             if k.id.trim().is_empty() {
@@ -275,91 +300,79 @@ impl Config {
                 }
             }
         }
-        provider::validate(&self.providers, errors);
-        let mut conns = BTreeSet::new();
-        for (i, c) in self.connections.iter().enumerate() {
-            let f = |x: &str| format!("connections[{i}].{x}");
-            if c.id.trim().is_empty() {
-                errors.push(err(f("id"), "must not be empty"));
-            }
-            if !conns.insert(c.id.clone()) {
-                errors.push(err(f("id"), format!("duplicate connection id {:?}", c.id)));
-            }
-            match self.providers.iter().find(|p| p.id == c.provider) {
-                None => errors.push(err(f("provider"), format!("unknown provider {:?}", c.provider))),
-                Some(p)
-                    if p.class != ProviderClass::Local
-                        && c.api_key.as_deref().unwrap_or("").is_empty()
-                        && c.oauth.is_none() =>
-                {
-                    errors.push(err(f("api_key"), format!("provider {:?} is not local and needs a credential", p.id)));
-                }
-                Some(_) => {}
-            }
-            if let Some(o) = &c.oauth {
-                let format = self.providers.iter().find(|p| p.id == c.provider).map(|p| p.format);
-                oauth::validate(i, o, format, c.api_key.is_some(), errors);
-                if self.state.backend == Backend::Redis {
-                    errors.push(err(
-                        f("oauth"),
-                        "OAuth connections are not yet served by replicas sharing state (their refreshes \
-                         would race): use backend = \"sqlite\" for them",
-                    ));
-                }
-            }
-            if let Some(ip) = &c.egress_ip
-                && ip.parse::<std::net::IpAddr>().is_err()
+    }
+
+    /// Connection `i` (its id's uniqueness is checked by the caller).
+    fn validate_connection(&self, i: usize, c: &ConnectionConfig, errors: &mut Vec<FieldError>) {
+        let f = |x: &str| format!("connections[{i}].{x}");
+        if c.id.trim().is_empty() {
+            errors.push(err(f("id"), "must not be empty"));
+        }
+        match self.providers.iter().find(|p| p.id == c.provider) {
+            None => errors.push(err(f("provider"), format!("unknown provider {:?}", c.provider))),
+            Some(p)
+                if p.class != ProviderClass::Local
+                    && c.api_key.as_deref().unwrap_or("").is_empty()
+                    && c.oauth.is_none() =>
             {
-                errors.push(err(f("egress_ip"), format!("{ip:?} is not an IP address")));
+                errors.push(err(f("api_key"), format!("provider {:?} is not local and needs a credential", p.id)));
             }
-            if let Some(u) = &c.usage_limit {
-                let format = self.providers.iter().find(|p| p.id == c.provider).map(|p| p.format);
-                if u.options().any() && format.is_some_and(|f| f != Format::Anthropic) {
-                    errors.push(err(f("usage_limit"), "applies to anthropic-format providers only"));
-                }
-                if u.limit_reset && u.organization.as_deref().is_none_or(|o| o.trim().is_empty()) {
-                    errors.push(err(f("usage_limit.organization"), "is needed when limit_reset is on"));
-                }
-                if let Some(o) = &u.organization
-                    && !o.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-')
-                {
-                    errors.push(err(f("usage_limit.organization"), format!("{o:?} is not an organization UUID")));
-                }
-                if let Some(url) = &u.reset_base_url {
-                    match url.parse::<http::Uri>() {
-                        Ok(x) if matches!(x.scheme_str(), Some("http" | "https")) && x.host().is_some() => {}
-                        _ => {
-                            errors.push(err(f("usage_limit.reset_base_url"), format!("{url:?} is not an http(s) URL")))
-                        }
-                    }
-                }
+            Some(_) => {}
+        }
+        if let Some(o) = &c.oauth {
+            let format = self.providers.iter().find(|p| p.id == c.provider).map(|p| p.format);
+            oauth::validate(i, o, format, c.api_key.is_some(), errors);
+            if self.state.backend == Backend::Redis {
+                errors.push(err(
+                    f("oauth"),
+                    "OAuth connections are not yet served by replicas sharing state (their refreshes \
+                     would race): use backend = \"sqlite\" for them",
+                ));
             }
-            if c.weight.is_some_and(|w| w > 1000) {
-                errors.push(err(f("weight"), "is out of range (allowed 0..=1000)"));
+        }
+        if let Some(ip) = &c.egress_ip
+            && ip.parse::<std::net::IpAddr>().is_err()
+        {
+            errors.push(err(f("egress_ip"), format!("{ip:?} is not an IP address")));
+        }
+        if let Some(u) = &c.usage_limit {
+            let format = self.providers.iter().find(|p| p.id == c.provider).map(|p| p.format);
+            if u.options().any() && format.is_some_and(|f| f != Format::Anthropic) {
+                errors.push(err(f("usage_limit"), "applies to anthropic-format providers only"));
             }
-            if c.max_concurrent == Some(0) {
-                errors.push(err(f("max_concurrent"), "must be at least 1 (leave it out for unlimited)"));
+            if u.limit_reset && u.organization.as_deref().is_none_or(|o| o.trim().is_empty()) {
+                errors.push(err(f("usage_limit.organization"), "is needed when limit_reset is on"));
             }
-            if let Some(q) = &c.request_queue {
-                for (name, v) in [
-                    ("max_wait_ms", q.max_wait_ms),
-                    ("execution_max_wait_ms", q.execution_max_wait_ms),
-                    ("max_queue_depth", q.max_queue_depth),
-                    ("concurrent_requests", q.concurrent_requests),
-                ] {
-                    if v.is_some_and(|v| v < 0) {
-                        errors.push(err(f(&format!("request_queue.{name}")), "must not be negative"));
-                    }
+            if let Some(o) = &u.organization
+                && !o.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-')
+            {
+                errors.push(err(f("usage_limit.organization"), format!("{o:?} is not an organization UUID")));
+            }
+            if let Some(url) = &u.reset_base_url {
+                match url.parse::<http::Uri>() {
+                    Ok(x) if matches!(x.scheme_str(), Some("http" | "https")) && x.host().is_some() => {}
+                    _ => errors.push(err(f("usage_limit.reset_base_url"), format!("{url:?} is not an http(s) URL"))),
                 }
             }
         }
-        let sections = combos::Sections {
-            combos: &self.combos,
-            providers: &self.providers,
-            connections: &self.connections,
-            emergency_fallback: &self.emergency_fallback,
-        };
-        combos::validate(&sections, errors);
+        if c.weight.is_some_and(|w| w > 1000) {
+            errors.push(err(f("weight"), "is out of range (allowed 0..=1000)"));
+        }
+        if c.max_concurrent == Some(0) {
+            errors.push(err(f("max_concurrent"), "must be at least 1 (leave it out for unlimited)"));
+        }
+        if let Some(q) = &c.request_queue {
+            for (name, v) in [
+                ("max_wait_ms", q.max_wait_ms),
+                ("execution_max_wait_ms", q.execution_max_wait_ms),
+                ("max_queue_depth", q.max_queue_depth),
+                ("concurrent_requests", q.concurrent_requests),
+            ] {
+                if v.is_some_and(|v| v < 0) {
+                    errors.push(err(f(&format!("request_queue.{name}")), "must not be negative"));
+                }
+            }
+        }
     }
 
     /// Problems that do not stop the gateway.
