@@ -4,8 +4,10 @@
 mod common;
 
 use common::{spawn, upstream};
-use scenarios::token_server::{TokenServer, serve_token_server};
+use scenarios::token_server::{Grant, TokenServer, serve_token_server};
 use scenarios::{Behaviour, Script, ScriptedUpstream};
+use std::net::SocketAddr;
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +27,80 @@ fn ferroute(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A config with one OAuth connection per preset (`claude-1`, `codex-1`) whose own tokens
+/// are long gone: the clients' files hold the live sign-ins. Returns its path.
+fn write_config(dir: &Path, up: SocketAddr, tokens: SocketAddr) -> String {
+    let cfg = format!(
+        r#"[server]
+data_dir = "{data}"
+secret_key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+[[providers]]
+id = "sub"
+format = "anthropic"
+class = "oauth"
+base_url = "http://{up}/v1"
+models = ["m"]
+[[connections]]
+id = "claude-1"
+provider = "sub"
+oauth = {{ preset = "claude", access_token = "at-old", refresh_token = "rt-old", expires_at = 1780000000000, token_url = "http://{tokens}/v1/oauth/token" }}
+[[providers]]
+id = "gpt"
+format = "openai"
+class = "oauth"
+base_url = "http://{up}/v1"
+models = ["m"]
+[[connections]]
+id = "codex-1"
+provider = "gpt"
+oauth = {{ preset = "codex", access_token = "at-old2", refresh_token = "rt-old2", expires_at = 1780000000000, token_url = "http://{tokens}/oauth/token", account_id = "acct-9" }}
+"#,
+        data = dir.join("data").display(),
+    );
+    let path = dir.join("ferroute.toml");
+    std::fs::write(&path, cfg).expect("config");
+    path.display().to_string()
+}
+
+/// Claude Code's credentials file for `grant`, expiring at `expires` (Unix ms).
+fn write_claude_file(dir: &Path, grant: &Grant, expires: u64) -> String {
+    let path = dir.join(".credentials.json");
+    let body = format!(
+        r#"{{"claudeAiOauth":{{"accessToken":"{}","refreshToken":"{}","expiresAt":{expires},"scopes":["user:inference"]}}}}"#,
+        grant.access_token, grant.refresh_token
+    );
+    std::fs::write(&path, body).expect("claude file");
+    path.display().to_string()
+}
+
+/// Codex's auth file for `grant`. Codex stores JWTs; the upstream here knows the token
+/// server's own tokens, so the file carries a JWT whose expiry is read, and the gateway's
+/// refresh swaps it for a live one.
+fn write_codex_file(dir: &Path, grant: &Grant, expires: u64) -> String {
+    use base64::Engine as _;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(r#"{{"exp":{}}}"#, expires / 1000));
+    let path = dir.join("auth.json");
+    let body = format!(
+        r#"{{"OPENAI_API_KEY":null,"tokens":{{"id_token":"x","access_token":"eyJhbGciOiJSUzI1NiJ9.{claims}.sig","refresh_token":"{}","account_id":"acct-9"}}}}"#,
+        grant.refresh_token
+    );
+    std::fs::write(&path, body).expect("codex file");
+    path.display().to_string()
+}
+
+/// `ferroute --config CFG accounts import CLIENT FILE --connection ID`.
+fn import(cfg: &str, client: &str, file: &str, connection: &str) -> (i32, String, String) {
+    ferroute(&["--config", cfg, "accounts", "import", client, file, "--connection", connection])
+}
+
+/// A chat completion for `model` through the gateway at `base`.
+async fn ask(base: &str, model: &str) -> chaos::client::Reply {
+    let body = serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    chaos::client::send("POST", &format!("{base}/v1/chat/completions"), &[], &body, Duration::from_secs(30))
+        .await
+        .expect("an answer")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_and_codex_credentials_are_imported_listed_and_served() {
     let tokens = Arc::new(TokenServer::new(Duration::from_secs(3600)));
@@ -36,107 +112,30 @@ async fn claude_code_and_codex_credentials_are_imported_listed_and_served() {
     )
     .await;
     let dir = tempfile::tempdir().expect("tempdir");
-    // The config's own tokens are long gone; the clients' files hold the live sign-in.
-    let cfg = format!(
-        r#"[server]
-data_dir = "{data}"
-secret_key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
-[[providers]]
-id = "sub"
-format = "anthropic"
-class = "oauth"
-base_url = "http://{up_addr}/v1"
-models = ["m"]
-[[connections]]
-id = "claude-1"
-provider = "sub"
-oauth = {{ preset = "claude", access_token = "at-old", refresh_token = "rt-old", expires_at = 1780000000000, token_url = "http://{token_addr}/v1/oauth/token" }}
-[[providers]]
-id = "gpt"
-format = "openai"
-class = "oauth"
-base_url = "http://{up_addr}/v1"
-models = ["m"]
-[[connections]]
-id = "codex-1"
-provider = "gpt"
-oauth = {{ preset = "codex", access_token = "at-old2", refresh_token = "rt-old2", expires_at = 1780000000000, token_url = "http://{token_addr}/oauth/token", account_id = "acct-9" }}
-"#,
-        data = dir.path().join("data").display(),
-    );
-    let cfg_path = dir.path().join("ferroute.toml");
-    std::fs::write(&cfg_path, cfg).expect("config");
-    let cfg_arg = cfg_path.display().to_string();
-    let claude = tokens.sign_in();
-    let codex = tokens.sign_in();
+    let cfg = write_config(dir.path(), up_addr, token_addr);
+    let (claude, codex) = (tokens.sign_in(), tokens.sign_in());
     let expires = wall_now_ms() + 3_600_000;
-    let claude_file = dir.path().join(".credentials.json");
-    std::fs::write(
-        &claude_file,
-        format!(
-            r#"{{"claudeAiOauth":{{"accessToken":"{}","refreshToken":"{}","expiresAt":{expires},"scopes":["user:inference"]}}}}"#,
-            claude.access_token, claude.refresh_token
-        ),
-    )
-    .expect("claude file");
-    // Codex stores JWTs; the upstream here knows the token server's own tokens, so the file
-    // carries a JWT whose expiry is read, and the gateway's refresh swaps it for a live one.
-    use base64::Engine as _;
-    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(r#"{{"exp":{}}}"#, expires / 1000));
-    let codex_file = dir.path().join("auth.json");
-    std::fs::write(
-        &codex_file,
-        format!(
-            r#"{{"OPENAI_API_KEY":null,"tokens":{{"id_token":"x","access_token":"eyJhbGciOiJSUzI1NiJ9.{claims}.sig","refresh_token":"{}","account_id":"acct-9"}}}}"#,
-            codex.refresh_token
-        ),
-    )
-    .expect("codex file");
+    let claude_file = write_claude_file(dir.path(), &claude, expires);
+    let codex_file = write_codex_file(dir.path(), &codex, expires);
 
     // A malformed file: the field is named, the exit code is 2, nothing is written.
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, r#"{"claudeAiOauth":{"accessToken":"a","expiresAt":1}}"#).expect("bad file");
-    let (code, _, err) = ferroute(&[
-        "--config",
-        &cfg_arg,
-        "accounts",
-        "import",
-        "claude-code",
-        &bad.display().to_string(),
-        "--connection",
-        "claude-1",
-    ]);
+    let (code, _, err) = import(&cfg, "claude-code", &bad.display().to_string(), "claude-1");
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("claudeAiOauth.refreshToken is missing"), "{err}");
-    let (code, listed, err) = ferroute(&["--config", &cfg_arg, "accounts", "list"]);
+    let (code, listed, err) = ferroute(&["--config", &cfg, "accounts", "list"]);
     assert_eq!(code, 0, "{err}");
     assert!(listed.contains("claude-1\tclaude\tconfig\t"), "{listed}");
 
-    let (code, out, err) = ferroute(&[
-        "--config",
-        &cfg_arg,
-        "accounts",
-        "import",
-        "claude-code",
-        &claude_file.display().to_string(),
-        "--connection",
-        "claude-1",
-    ]);
+    // Both files imported, listed as stored, no secret shown.
+    let (code, out, err) = import(&cfg, "claude-code", &claude_file, "claude-1");
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("imported tokens for claude-1") && out.contains("encrypted"), "{out}");
-    let (code, out, err) = ferroute(&[
-        "--config",
-        &cfg_arg,
-        "accounts",
-        "import",
-        "codex",
-        &codex_file.display().to_string(),
-        "--connection",
-        "codex-1",
-    ]);
+    let (code, out, err) = import(&cfg, "codex", &codex_file, "codex-1");
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("imported tokens for codex-1"), "{out}");
-    let (code, listed, _) = ferroute(&["--config", &cfg_arg, "accounts", "list"]);
+    let (code, listed, _) = ferroute(&["--config", &cfg, "accounts", "list"]);
     assert_eq!(code, 0);
     assert!(listed.contains("claude-1\tclaude\tstored\t") && listed.contains("codex-1\tcodex\tstored\t"), "{listed}");
     for secret in [&claude.access_token, &claude.refresh_token, &codex.refresh_token] {
@@ -145,28 +144,10 @@ oauth = {{ preset = "codex", access_token = "at-old2", refresh_token = "rt-old2"
 
     // The real gateway serves both with the imported sign-ins: Claude's token as it is, Codex's
     // after a refresh that presents the imported refresh token once.
-    let p = spawn(&["--config", &cfg_arg], dir.path()).await;
-    let ask =
-        |model: &str| serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string();
-    let r = chaos::client::send(
-        "POST",
-        &format!("{}/v1/chat/completions", p.base),
-        &[],
-        &ask("sub/m"),
-        Duration::from_secs(30),
-    )
-    .await
-    .expect("claude answer");
+    let p = spawn(&["--config", &cfg], dir.path()).await;
+    let r = ask(&p.base, "sub/m").await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let r = chaos::client::send(
-        "POST",
-        &format!("{}/v1/chat/completions", p.base),
-        &[],
-        &ask("gpt/m"),
-        Duration::from_secs(30),
-    )
-    .await
-    .expect("codex answer");
+    let r = ask(&p.base, "gpt/m").await;
     assert_eq!(r.status, 200, "{}", r.body);
     let stats = tokens.stats();
     assert_eq!((stats.refreshed, stats.reused, stats.refused), (1, 0, 0), "{stats:?}");
