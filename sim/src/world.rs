@@ -68,33 +68,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     if let Some(t) = &tokens {
         crate::oauth::host(&mut sim, t, &shared);
     }
-    for u in &scenario.upstreams {
-        let routes = u.routes.clone();
-        let guard = tokens.as_ref().filter(|t| t.guards(&u.host)).map(|t| Arc::clone(&t.server));
-        let shared = Arc::clone(&shared);
-        let host = u.host.clone();
-        sim.host(u.host.as_str(), move || {
-            let routes = routes.clone();
-            let shared = Arc::clone(&shared);
-            let host = host.clone();
-            let guard = guard.clone();
-            async move {
-                let up = routes
-                    .into_iter()
-                    .fold(ScriptedUpstream::new().wall_clock(WALL_START_MS), |acc, (model, script)| {
-                        acc.route(&model, script)
-                    });
-                let up = Arc::new(match guard {
-                    Some(server) => up.require_tokens(server),
-                    None => up,
-                });
-                lock(&shared).upstreams.insert(host, Arc::clone(&up));
-                let listener = SimListener::bind(UPSTREAM_PORT).await?;
-                serve_upstream(listener, up).await;
-                Ok(())
-            }
-        });
-    }
+    add_upstreams(&mut sim, scenario, tokens.as_ref(), &shared);
 
     // A scenario that restarts the gateway keeps its state where production does: in a SQLite
     // file, here in a directory of its own that lives as long as the run.
@@ -343,6 +317,43 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     drop(sim);
     drop(state_dir);
     finish(scenario, seed, &shared, simulated, wall_start)
+}
+
+/// The scenario's scripted upstream hosts (those the token server guards answer only its valid
+/// access tokens), each registered in `shared` once it runs.
+fn add_upstreams(
+    sim: &mut turmoil::Sim<'_>,
+    scenario: &Scenario,
+    tokens: Option<&crate::oauth::Tokens>,
+    shared: &Arc<Mutex<Shared>>,
+) {
+    for u in &scenario.upstreams {
+        let routes = u.routes.clone();
+        let guard = tokens.filter(|t| t.guards(&u.host)).map(|t| Arc::clone(&t.server));
+        let shared = Arc::clone(shared);
+        let host = u.host.clone();
+        sim.host(u.host.as_str(), move || {
+            let routes = routes.clone();
+            let shared = Arc::clone(&shared);
+            let host = host.clone();
+            let guard = guard.clone();
+            async move {
+                let up = routes
+                    .into_iter()
+                    .fold(ScriptedUpstream::new().wall_clock(WALL_START_MS), |acc, (model, script)| {
+                        acc.route(&model, script)
+                    });
+                let up = Arc::new(match guard {
+                    Some(server) => up.require_tokens(server),
+                    None => up,
+                });
+                lock(&shared).upstreams.insert(host, Arc::clone(&up));
+                let listener = SimListener::bind(UPSTREAM_PORT).await?;
+                serve_upstream(listener, up).await;
+                Ok(())
+            }
+        });
+    }
 }
 
 fn finish(
