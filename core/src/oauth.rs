@@ -108,6 +108,20 @@ pub enum Answer {
     Retryable,
     /// The refresh token is dead (`invalid_grant`, or a 400/401 naming the grant).
     InvalidGrant,
+    /// Another replica refreshed first: its tokens (generation `generation` in the shared
+    /// store) are taken instead, without presenting anything.
+    Taken {
+        /// Their lifetime.
+        lifetime: Lifetime,
+        /// Their generation.
+        generation: u64,
+    },
+    /// Another replica holds the refresh (or one is in doubt): look again at `at_ms`. Not a
+    /// failure.
+    Deferred {
+        /// When to look again (Unix ms).
+        at_ms: u64,
+    },
 }
 
 /// What the caller should do after [`Account::begin`].
@@ -150,6 +164,11 @@ impl Account {
     /// The current tokens' lifetime.
     pub fn lifetime(&self) -> Lifetime {
         self.lifetime
+    }
+
+    /// The share of a lifetime after which a refresh is due.
+    pub fn refresh_at(&self) -> f64 {
+        self.refresh_at
     }
 
     /// The current tokens' generation (one more after each refresh or new sign-in).
@@ -234,6 +253,16 @@ impl Account {
                 self.failures = self.failures.saturating_add(1);
                 self.state = RefreshState::NeedsSignIn;
             }
+            // Refreshing => Valid
+            Answer::Taken { lifetime, generation } => {
+                self.lifetime = lifetime;
+                self.generation = generation.max(self.generation + 1);
+                self.failures = 0;
+                self.last_refresh_ms = Some(now_ms);
+                self.state = RefreshState::Valid;
+            }
+            // Refreshing => Retrying
+            Answer::Deferred { at_ms } => self.state = RefreshState::Retrying { next_ms: at_ms.max(now_ms) },
         }
         true
     }

@@ -101,6 +101,25 @@ fn new_tokens_from_outside_make_a_flight_in_progress_stale() {
     assert_eq!(a.lifetime().issued_at_ms, 5);
 }
 
+#[test]
+fn another_replicas_refresh_is_taken_at_its_generation_and_a_deferred_one_is_no_failure() {
+    let mut a = account(0, HOUR);
+    let Begin::Refresh(f) = a.begin(0, Why::Refused { generation: 0 }) else { panic!("at once") };
+    assert!(a.finish(f, Answer::Deferred { at_ms: 1_000 }, 10));
+    assert_eq!(
+        (a.state(), a.failures(), a.next_refresh_ms()),
+        (RefreshState::Retrying { next_ms: 1_000 }, 0, Some(1_000))
+    );
+    assert_eq!(a.begin(999, Why::Scheduled), Begin::No);
+    let Begin::Refresh(f) = a.begin(1_000, Why::Scheduled) else { panic!("due again") };
+    let life = Lifetime { issued_at_ms: 900, expires_at_ms: 900 + HOUR };
+    assert!(a.finish(f, Answer::Taken { lifetime: life, generation: 3 }, 1_001));
+    assert_eq!(
+        (a.state(), a.generation(), a.lifetime(), a.last_refresh_ms()),
+        (RefreshState::Valid, 3, life, Some(1_001))
+    );
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Advance(u64),
@@ -115,7 +134,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0u64..2 * HOUR).prop_map(Op::Advance),
         Just(Op::Scheduled),
         any::<bool>().prop_map(|stale| Op::Refused { stale }),
-        (0u8..3).prop_map(Op::Finish),
+        (0u8..5).prop_map(Op::Finish),
         Just(Op::Reauthorize),
     ]
 }
@@ -170,10 +189,15 @@ proptest! {
                         let answer = match kind {
                             0 => Answer::Refreshed(Lifetime { issued_at_ms: now, expires_at_ms: now + 3 * HOUR }),
                             1 => Answer::Retryable,
+                            2 => Answer::Deferred { at_ms: now + 1_000 },
+                            3 => Answer::Taken {
+                                lifetime: Lifetime { issued_at_ms: now, expires_at_ms: now + 3 * HOUR },
+                                generation: f.generation + 2,
+                            },
                             _ => Answer::InvalidGrant,
                         };
                         let taken = a.finish(f, answer, now);
-                        if taken && answer != Answer::Retryable {
+                        if taken && !matches!(answer, Answer::Retryable | Answer::Deferred { .. }) {
                             presented.insert(f.generation, false);
                         }
                     }

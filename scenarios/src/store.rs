@@ -5,11 +5,13 @@
 //!
 //! The protocol is one JSON object per line. A request names its `op`: `apply` (`ops`: `set`,
 //! `delete`, `publish`), `fields`, `published` (how many messages ever were), `load`, `lease` (`name`, `now`, `args`: the operations and
-//! replies of Ferroute's `lease_redis.lua`), or `follow`, after which the connection carries
+//! replies of Ferroute's `lease_redis.lua`), `tokens` (`name`, `now`, `connection`, `args`:
+//! those of `oauth_redis.lua`, in [`crate::store_tokens`]), or `follow`, after which the connection carries
 //! every published message as `{"msg": …}`. Replies are `{"ok": …}` or `{"err": "…"}`.
 //! Ended leases are kept (Redis lets them lapse after a day of real time).
 
 use crate::net::Listener;
+use crate::store_tokens::TokenTable;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,6 +69,17 @@ pub enum Request {
         /// The operation's arguments.
         args: Vec<String>,
     },
+    /// One OAuth token operation.
+    Tokens {
+        /// `read`, `seed`, `claim`, `publish`, `release` or `refuse`.
+        name: String,
+        /// Unix ms.
+        now: u64,
+        /// The connection.
+        connection: String,
+        /// The operation's arguments.
+        args: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -90,6 +103,7 @@ struct Inner {
     conn_ptr: BTreeMap<String, (String, u64)>,
     generations: BTreeMap<String, u64>,
     active: BTreeSet<(String, u64)>,
+    tokens: TokenTable,
 }
 
 /// The store's contents, shared by every connection to it.
@@ -146,6 +160,10 @@ impl StoreHost {
             Request::Published => json!({"ok": s.published}),
             Request::Load => json!({"ok": s.hash.iter().map(|(k, v)| [k, v]).collect::<Vec<_>>()}),
             Request::Lease { name, now, args } => match s.lease(&name, now, &args) {
+                Ok(reply) => json!({ "ok": reply }),
+                Err(e) => json!({ "err": e }),
+            },
+            Request::Tokens { name, now, connection, args } => match s.tokens.run(&name, now, &connection, &args) {
                 Ok(reply) => json!({ "ok": reply }),
                 Err(e) => json!({ "err": e }),
             },

@@ -144,7 +144,23 @@ impl SharedStore for StoreClient {
     ) -> BoxFuture<'_, Result<LeaseReply, StoreError>> {
         Box::pin(async move {
             let v = self.ok(&Request::Lease { name: op.to_owned(), now: now_ms, args }).await?;
-            Ok(v.as_array().map(|a| a.iter().map(|x| x.as_str().map(str::to_owned)).collect()).unwrap_or_default())
+            Ok(reply(&v))
         })
     }
+
+    fn tokens(
+        &self,
+        op: &'static str,
+        now_ms: u64,
+        connection: &str,
+        args: Vec<String>,
+    ) -> BoxFuture<'_, Result<LeaseReply, StoreError>> {
+        let req = Request::Tokens { name: op.to_owned(), now: now_ms, connection: connection.to_owned(), args };
+        Box::pin(async move { Ok(reply(&self.ok(&req).await?)) })
+    }
+}
+
+/// A script's reply: words as strings, absent values as `None`.
+fn reply(v: &Value) -> LeaseReply {
+    v.as_array().map(|a| a.iter().map(|x| x.as_str().map(str::to_owned)).collect()).unwrap_or_default()
 }

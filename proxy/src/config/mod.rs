@@ -322,13 +322,6 @@ impl Config {
         if let Some(o) = &c.oauth {
             let format = self.providers.iter().find(|p| p.id == c.provider).map(|p| p.format);
             oauth::validate(i, o, format, c.api_key.is_some(), errors);
-            if self.state.backend == Backend::Redis {
-                errors.push(err(
-                    f("oauth"),
-                    "OAuth connections are not yet served by replicas sharing state (their refreshes \
-                     would race): use backend = \"sqlite\" for them",
-                ));
-            }
         }
         if let Some(ip) = &c.egress_ip
             && ip.parse::<std::net::IpAddr>().is_err()
@@ -387,11 +380,12 @@ impl Config {
             }
         }
         if self.server.secret_key.is_none() && self.connections.iter().any(|c| c.oauth.is_some()) {
-            out.push(
-                "OAuth connections without [server] secret_key: their tokens are stored unencrypted in state.db \
-                 (set secret_key = \"env:NAME\" to 32 bytes in base64, e.g. from `openssl rand -base64 32`)"
-                    .to_owned(),
-            );
+            out.push(format!(
+                "OAuth connections without [server] secret_key: their tokens are stored unencrypted in state.db{} \
+                     (set secret_key = \"env:NAME\" to 32 bytes in base64, e.g. from `openssl rand -base64 32`, \
+                     the same on every replica)",
+                if self.state.backend == Backend::Redis { " and in Redis" } else { "" }
+            ));
         }
         out
     }

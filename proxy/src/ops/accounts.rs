@@ -8,8 +8,8 @@
 
 use crate::config::{Config, ConnectionConfig};
 use crate::sessions::accounts::import;
-use crate::sessions::refresh::jwt_expiry_ms;
 use crate::sessions::sealed::Sealer;
+use crate::sessions::token_endpoint::jwt_expiry_ms;
 use crate::sessions::token_store::origin_of;
 use crate::state::clock::rfc3339;
 use crate::state::store::Store;

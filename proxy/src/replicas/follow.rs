@@ -13,6 +13,7 @@
 
 use super::link::{Envelope, ReplicaStats, Replicas};
 use super::shared_store::{RedisStore, SharedStore, StoreError, StoreOp};
+use super::shared_tokens::SharedTokens;
 use crate::config::StateConfig;
 use crate::ops::reload::Serving;
 use crate::sessions::lease_shared::SharedLeases;
@@ -56,7 +57,8 @@ where
     let stats = Arc::new(ReplicaStats::default());
     let (tx, rx) = mpsc::channel(QUEUE);
     let leases = SharedLeases::new(Arc::clone(&store));
-    let replicas = Arc::new(Replicas { name: name.clone(), stats: Arc::clone(&stats), tx, leases });
+    let tokens = SharedTokens::new(Arc::clone(&store));
+    let replicas = Arc::new(Replicas { name: name.clone(), stats: Arc::clone(&stats), tx, leases, tokens });
     let gw = serving.current();
     gw.with_engine(|e| e.set_sharing(true));
     gw.share_with(Arc::clone(&replicas));
@@ -192,6 +194,7 @@ where
     me.stats.applied.fetch_add(loaded as u64, Ordering::Relaxed);
     let mine = gw.with_engine(|e| e.shared_state(gw.clock.now()));
     me.publish(mine, wall);
+    crate::sessions::refresh_shared::seed(&gw, me.tokens()).await;
     me.stats.reachable.store(true, Ordering::Relaxed);
     *backoff = Duration::from_millis(100);
     if *lost_since_warned {

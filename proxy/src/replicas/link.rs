@@ -1,9 +1,10 @@
 //! This replica's link to the shared state: what the gateway holds to publish its changes
-//! (queued, never waited on), the counters health and metrics read, the leases kept in the
-//! same store, and the envelope a change travels in. Imports only the core and the lease store
-//! on Redis, so that [`crate::state`] can hold a link without knowing how replicas follow
-//! each other ([`super::follow`]).
+//! (queued, never waited on), the counters health and metrics read, the leases and OAuth
+//! tokens kept in the same store, and the envelope a change travels in. Imports only the core,
+//! the lease store on Redis and the shared tokens, so that [`crate::state`] can hold a link
+//! without knowing how replicas follow each other ([`super::follow`]).
 
+use super::shared_tokens::SharedTokens;
 use crate::sessions::lease_shared::SharedLeases;
 use ferroute_core::engine::SharedChange;
 use serde::{Deserialize, Serialize};
@@ -70,6 +71,7 @@ pub struct Replicas {
     pub(super) stats: Arc<ReplicaStats>,
     pub(super) tx: mpsc::Sender<(u64, SharedChange)>,
     pub(super) leases: SharedLeases,
+    pub(super) tokens: SharedTokens,
 }
 
 impl std::fmt::Debug for Replicas {
@@ -87,6 +89,11 @@ impl Replicas {
     /// The leases, held in the same store (see [`crate::sessions::lease_shared`]).
     pub fn leases(&self) -> &SharedLeases {
         &self.leases
+    }
+
+    /// The OAuth accounts' tokens, held in the same store (see [`super::shared_tokens`]).
+    pub fn tokens(&self) -> &SharedTokens {
+        &self.tokens
     }
 
     /// The counters.

@@ -1,5 +1,6 @@
 //! Several gateway replicas sharing resilience state through Redis (`[state] backend =
-//! "redis"`): the store they share ([`shared_store`], with the lease script), this replica's
+//! "redis"`): the store they share ([`shared_store`], with the lease and token scripts; the
+//! OAuth tokens' claims and publications in [`shared_tokens`]), this replica's
 //! [`link`] that the gateway publishes its changes through, and the [`follow`]er that joins,
 //! publishes and applies the others' changes.
 //!
@@ -10,3 +11,4 @@
 pub mod follow;
 pub mod link;
 pub mod shared_store;
+pub mod shared_tokens;

@@ -4,8 +4,9 @@
 //! two cannot drift.
 //!
 //! The store holds a hash of the latest state per breaker, connection, lock and pin (read by
-//! replicas that join later), a channel on which every change is published, and the exclusive
-//! leases, whose operations run atomically in the store (`lease_redis.lua` in Redis).
+//! replicas that join later), a channel on which every change is published, the exclusive
+//! leases and the OAuth accounts' tokens, whose operations run atomically in the store
+//! (`lease_redis.lua` and `oauth_redis.lua` in Redis).
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
@@ -85,6 +86,15 @@ pub trait SharedStore: Send + Sync + 'static {
         retain: Duration,
         args: Vec<String>,
     ) -> BoxFuture<'_, Result<LeaseReply, StoreError>>;
+    /// Runs OAuth token operation `op` on `connection` at `now_ms` with its arguments,
+    /// atomically (see `oauth_redis.lua` for each operation and its reply).
+    fn tokens(
+        &self,
+        op: &'static str,
+        now_ms: u64,
+        connection: &str,
+        args: Vec<String>,
+    ) -> BoxFuture<'_, Result<LeaseReply, StoreError>>;
 }
 
 /// Shared state in Redis under a key prefix: the hash `<prefix>:state`, the channel
@@ -97,6 +107,7 @@ pub struct RedisStore {
     counter: String,
     conn: tokio::sync::Mutex<Option<ConnectionManager>>,
     script: redis::Script,
+    tokens: redis::Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -119,6 +130,7 @@ impl RedisStore {
             counter: format!("{prefix}:published"),
             conn: tokio::sync::Mutex::new(None),
             script: redis::Script::new(include_str!("lease_redis.lua")),
+            tokens: redis::Script::new(include_str!("oauth_redis.lua")),
         }
     }
 
@@ -198,6 +210,25 @@ impl SharedStore for RedisStore {
             let mut conn = self.connection().await?;
             let mut inv = self.script.prepare_invoke();
             inv.arg(op).arg(&self.prefix).arg(now_ms).arg(u64::try_from(retain.as_millis()).unwrap_or(u64::MAX));
+            for a in &args {
+                inv.arg(a);
+            }
+            Ok(inv.invoke_async(&mut conn).await?)
+        })
+    }
+
+    fn tokens(
+        &self,
+        op: &'static str,
+        now_ms: u64,
+        connection: &str,
+        args: Vec<String>,
+    ) -> BoxFuture<'_, Result<LeaseReply, StoreError>> {
+        let connection = connection.to_owned();
+        Box::pin(async move {
+            let mut conn = self.connection().await?;
+            let mut inv = self.tokens.prepare_invoke();
+            inv.arg(op).arg(&self.prefix).arg(now_ms).arg(&connection);
             for a in &args {
                 inv.arg(a);
             }

@@ -56,6 +56,7 @@ pub struct View {
 struct Entry {
     account: Account,
     credential: Credential,
+    access_token: String,
     refresh_token: String,
     origin: String,
     /// Wakes the requests waiting for a flight to end. Waiters register while the entry is
@@ -169,10 +170,8 @@ impl Accounts {
             }
             let ended = entries.remove(&c.id).map_or_else(|| Arc::new(Notify::new()), |e| e.ended);
             let credential = Credential { authorization, generation: account.generation() };
-            entries.insert(
-                c.id.clone(),
-                Entry { account, credential, refresh_token: tokens.refresh_token, origin, ended },
-            );
+            let (access_token, refresh_token) = (tokens.access_token, tokens.refresh_token);
+            entries.insert(c.id.clone(), Entry { account, credential, access_token, refresh_token, origin, ended });
         }
         drop(entries);
         self.changed.notify_one();
@@ -234,7 +233,8 @@ impl Accounts {
             match bearer(&t.access_token) {
                 Some(authorization) => {
                     e.credential = Credential { authorization, generation: e.account.generation() };
-                    e.refresh_token = t.refresh_token.clone();
+                    e.access_token.clone_from(&t.access_token);
+                    e.refresh_token.clone_from(&t.refresh_token);
                 }
                 None => tracing::error!(connection, "the refreshed access token cannot be sent as a header"),
             }
@@ -264,6 +264,50 @@ impl Accounts {
             origin: e.origin.clone(),
             last_refresh_ms: Some(now_ms),
         })
+    }
+
+    /// `connection`'s current tokens in full (to offer them to the store replicas share).
+    pub fn snapshot(&self, connection: &str) -> Option<StoredTokens> {
+        self.lock().get(connection).map(|e| StoredTokens {
+            access_token: e.access_token.clone(),
+            refresh_token: e.refresh_token.clone(),
+            lifetime: e.account.lifetime(),
+            generation: e.account.generation(),
+            origin: e.origin.clone(),
+            last_refresh_ms: e.account.last_refresh_ms(),
+        })
+    }
+
+    /// The OAuth connections, by id.
+    pub fn connections(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// Takes tokens another replica stored, outside any flight of this one (found when joining
+    /// the shared store): when they descend from the same sign-in at a later generation, or
+    /// are another sign-in. They are written to `store` too. Returns whether they were taken.
+    pub fn take(&self, connection: &str, t: &StoredTokens, store: Option<&Store>, now_ms: u64) -> bool {
+        let mut entries = self.lock();
+        let Some(e) = entries.get_mut(connection) else { return false };
+        if e.origin == t.origin && t.generation <= e.account.generation() {
+            return false;
+        }
+        let Some(authorization) = bearer(&t.access_token) else { return false };
+        if let Some(s) = store
+            && let Err(err) = s.save_tokens(connection, t, &self.sealer, now_ms)
+        {
+            tracing::error!(connection, error = %err, "could not store the shared OAuth tokens; using them anyway");
+        }
+        let refresh_at = e.account.refresh_at();
+        e.account = Account::new(t.lifetime, refresh_at, t.generation).with_last_refresh(t.last_refresh_ms);
+        e.credential = Credential { authorization, generation: t.generation };
+        e.access_token.clone_from(&t.access_token);
+        e.refresh_token.clone_from(&t.refresh_token);
+        e.origin.clone_from(&t.origin);
+        e.ended.notify_waiters();
+        drop(entries);
+        self.changed.notify_one();
+        true
     }
 
     /// The earliest time any account's refresh is due (Unix ms).

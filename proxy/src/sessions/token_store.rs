@@ -52,6 +52,32 @@ fn corrupt(connection: &str, why: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("OAuth tokens of {connection}: {why}"))
 }
 
+/// `connection`'s access and refresh tokens sealed into one printable blob (what the store
+/// replicas share holds): `1:` and the base64 of the ciphertext, or `0:` and of the plain JSON
+/// when no `secret_key` is set.
+pub fn seal_blob(sealer: &Sealer, connection: &str, t: &StoredTokens) -> Result<String, StoreError> {
+    use base64::Engine as _;
+    let plain =
+        serde_json::to_vec(&Secrets { access_token: t.access_token.clone(), refresh_token: t.refresh_token.clone() })
+            .map_err(|e| corrupt(connection, e))?;
+    let (bytes, sealed) = sealer.seal(connection, &plain).map_err(|e| corrupt(connection, e))?;
+    Ok(format!("{}:{}", u8::from(sealed), base64::engine::general_purpose::STANDARD.encode(bytes)))
+}
+
+/// The access and refresh tokens in a blob [`seal_blob`] made.
+pub fn open_blob(sealer: &Sealer, connection: &str, blob: &str) -> Result<(String, String), StoreError> {
+    use base64::Engine as _;
+    let (sealed, b64) = match blob.split_once(':') {
+        Some(("1", b)) => (true, b),
+        Some(("0", b)) => (false, b),
+        _ => return Err(corrupt(connection, "the shared blob has no seal marker")),
+    };
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|e| corrupt(connection, e))?;
+    let plain = sealer.open(connection, &bytes, sealed).map_err(|e| corrupt(connection, e))?;
+    let s: Secrets = serde_json::from_slice(&plain).map_err(|e| corrupt(connection, e))?;
+    Ok((s.access_token, s.refresh_token))
+}
+
 impl Store {
     /// The tokens stored for `connection`, if any.
     pub fn load_tokens(&self, connection: &str, sealer: &Sealer) -> Result<Option<StoredTokens>, StoreError> {
@@ -161,6 +187,19 @@ mod tests {
         // Without the key they do not open, and say why.
         let err = Store::open_dir(dir.path()).expect("reopened").load_tokens("c1", &Sealer::new(None).expect("none"));
         assert!(err.expect_err("no key").to_string().contains("server.secret_key is not set"));
+    }
+
+    #[test]
+    fn a_blob_opens_with_the_key_it_was_sealed_with_and_for_its_connection_only() {
+        let key = Sealer::new(Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=")).expect("a key");
+        let blob = seal_blob(&key, "c1", &tokens(3)).expect("sealed");
+        assert!(blob.starts_with("1:") && !blob.contains("refresh-3"), "{blob}");
+        assert_eq!(open_blob(&key, "c1", &blob).expect("opens"), ("access-3".to_owned(), "refresh-3".to_owned()));
+        assert!(open_blob(&key, "c2", &blob).is_err(), "sealed for c1 only");
+        assert!(open_blob(&Sealer::new(None).expect("none"), "c1", &blob).is_err());
+        let plain = seal_blob(&Sealer::new(None).expect("none"), "c1", &tokens(3)).expect("plain");
+        assert!(plain.starts_with("0:"));
+        assert!(open_blob(&key, "c1", "garbage").is_err());
     }
 
     #[test]

@@ -1,0 +1,45 @@
+//! What a refresh that ended does to the rest of the gateway, however it was made (alone, or
+//! through the store replicas share): the metric, the log line, and the connection's state.
+
+use crate::state::gateway::{Gateway, Observed};
+use ferroute_core::engine::OutcomeKind;
+use ferroute_core::oauth::Lifetime;
+use hyper_util::client::legacy::connect::Connect;
+
+/// New tokens with `lifetime` are in use (`taken`; else a newer sign-in overtook them): a
+/// connection a refused token ended (while the endpoint was down) serves again.
+pub fn refreshed<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    connection: &str,
+    lifetime: Lifetime,
+    taken: bool,
+) {
+    let at = gw.clock.now();
+    if taken && gw.with_engine(|e| e.renew_connection(at, connection)) {
+        tracing::info!(connection, "OAuth tokens refreshed: the expired connection serves again");
+        gw.settle();
+    }
+    gw.metrics.oauth_refresh(connection, "refreshed");
+    tracing::info!(connection, expires_at_ms = lifetime.expires_at_ms, "OAuth tokens refreshed");
+}
+
+/// The refresh got no answer about the refresh token (`why`): the account tries again later.
+pub fn retry<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str, why: &str) {
+    gw.metrics.oauth_refresh(connection, "retry");
+    let next_ms = gw.accounts.view(connection).and_then(|v| v.next_refresh);
+    tracing::warn!(connection, %why, ?next_ms, "OAuth refresh failed; trying again later");
+}
+
+/// The refresh token was refused (`why`): an account-level outcome of the connection, which
+/// ends as `expired` until a new sign-in.
+pub fn refused<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str, why: &str) {
+    gw.metrics.oauth_refresh(connection, "invalid_grant");
+    tracing::error!(connection, %why, "OAuth refresh token refused: the account needs a new sign-in");
+    let at = gw.clock.now();
+    if let Some(c) = gw.config.connections.iter().find(|c| c.id == connection) {
+        let outcome = Observed::Outcome { provider: &c.provider, connection, kind: OutcomeKind::AccountLevel };
+        gw.observe(at, outcome);
+    }
+    gw.with_engine(|e| e.end_connection(at, connection, &format!("{why}; sign in again")));
+    gw.settle();
+}
