@@ -217,6 +217,9 @@ impl Recorder {
                 self.gw_note(at, format!("applying {changes} change(s) of other replicas"));
                 self.view.peers_at = Some(at);
             }
+            Observed::Tokens { connection, what, generation } => {
+                self.gw_note(at, format!("tokens {connection} {what} (generation {generation})"));
+            }
             Observed::Core(ev) => self.core(at, ev, ms_of),
         }
     }

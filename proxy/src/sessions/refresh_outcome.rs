@@ -6,6 +6,12 @@ use ferroute_core::engine::OutcomeKind;
 use ferroute_core::oauth::Lifetime;
 use hyper_util::client::legacy::connect::Connect;
 
+/// Tells the gateway's observer (the simulation's log) what happened to `connection`'s tokens.
+pub fn observe<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str, what: &'static str) {
+    let generation = gw.accounts.credential(connection).map_or(0, |c| c.generation);
+    gw.observe(gw.clock.now(), Observed::Tokens { connection, what, generation });
+}
+
 /// New tokens with `lifetime` are in use (`taken`; else a newer sign-in overtook them): a
 /// connection a refused token ended (while the endpoint was down) serves again.
 pub fn refreshed<C: Connect + Clone + Send + Sync + 'static>(
@@ -14,6 +20,7 @@ pub fn refreshed<C: Connect + Clone + Send + Sync + 'static>(
     lifetime: Lifetime,
     taken: bool,
 ) {
+    observe(gw, connection, "refreshed");
     let at = gw.clock.now();
     if taken && gw.with_engine(|e| e.renew_connection(at, connection)) {
         tracing::info!(connection, "OAuth tokens refreshed: the expired connection serves again");
@@ -26,6 +33,7 @@ pub fn refreshed<C: Connect + Clone + Send + Sync + 'static>(
 /// The refresh got no answer about the refresh token (`why`): the account tries again later.
 pub fn retry<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str, why: &str) {
     gw.metrics.oauth_refresh(connection, "retry");
+    observe(gw, connection, "retry");
     let next_ms = gw.accounts.view(connection).and_then(|v| v.next_refresh);
     tracing::warn!(connection, %why, ?next_ms, "OAuth refresh failed; trying again later");
 }
@@ -34,6 +42,7 @@ pub fn retry<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connec
 /// ends as `expired` until a new sign-in.
 pub fn refused<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str, why: &str) {
     gw.metrics.oauth_refresh(connection, "invalid_grant");
+    observe(gw, connection, "refused");
     tracing::error!(connection, %why, "OAuth refresh token refused: the account needs a new sign-in");
     let at = gw.clock.now();
     if let Some(c) = gw.config.connections.iter().find(|c| c.id == connection) {

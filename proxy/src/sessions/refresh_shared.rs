@@ -14,7 +14,7 @@ use crate::config::OAuthConfig;
 use crate::replicas::link::Replicas;
 use crate::replicas::shared_tokens::{Claim, Row, SharedTokens};
 use crate::sessions::accounts::Ticket;
-use crate::sessions::refresh_outcome::{refreshed, refused, retry};
+use crate::sessions::refresh_outcome::{observe, refreshed, refused, retry};
 use crate::sessions::token_endpoint::{Reply, TOKEN_TIMEOUT, ask};
 use crate::sessions::token_store::{StoredTokens, open_blob, seal_blob};
 use crate::state::gateway::Gateway;
@@ -28,6 +28,8 @@ use std::time::Duration;
 pub const CLAIM_TTL: Duration = Duration::from_secs(2 * TOKEN_TIMEOUT.as_secs());
 /// How often a replica that found the refresh claimed by another looks again.
 const LOOK_AGAIN: Duration = Duration::from_secs(1);
+/// When the store did not answer a claim: how long until the account is looked at again.
+const UNREACHABLE: Duration = Duration::from_secs(1);
 /// When a refresh token is in doubt, or this replica's own publication has not landed: how
 /// long until the account is looked at again.
 const DEFER: Duration = Duration::from_secs(5);
@@ -91,6 +93,7 @@ pub async fn seed<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, s
         let Some(t) = tokens_of(gw, &connection, &stored) else { continue };
         if gw.accounts.take(&connection, &t, gw.store.as_deref(), now) {
             tracing::info!(connection, generation = t.generation, "took the OAuth tokens another replica stored");
+            observe(gw, &connection, "taken");
             let at = gw.clock.now();
             if !stored.refused && gw.with_engine(|e| e.renew_connection(at, &connection)) {
                 gw.settle();
@@ -118,13 +121,16 @@ pub async fn make<C: Connect + Clone + Send + Sync + 'static>(
         let now = gw.clock.wall_now_ms();
         let defer = |at_ms: u64| {
             gw.accounts.finish(connection, ticket, Answer::Deferred { at_ms }, None, now);
+            observe(gw, connection, "deferred");
             false
         };
         match claim {
             Err(e) => {
-                gw.accounts.finish(connection, ticket, Answer::Retryable, None, now);
-                retry(gw, connection, &format!("the shared store is unreachable, so the refresh is not claimed: {e}"));
-                return false;
+                // Not this account's failure: the follower already says the store is lost.
+                // Looked at again soon, to take what another replica refreshed meanwhile.
+                tracing::debug!(connection, error = %e, "the shared store is unreachable: the refresh is not claimed");
+                gw.metrics.oauth_refresh(connection, "retry");
+                return defer(now.saturating_add(ms(UNREACHABLE)));
             }
             Ok(Claim::Nothing) if !seeded => {
                 seed(gw, shared).await;
@@ -140,6 +146,7 @@ pub async fn make<C: Connect + Clone + Send + Sync + 'static>(
                     generation = t.generation,
                     "took the OAuth tokens another replica refreshed"
                 );
+                observe(gw, connection, "taken");
                 if taken {
                     let at = gw.clock.now();
                     if gw.with_engine(|e| e.renew_connection(at, connection)) {
@@ -257,6 +264,7 @@ async fn publish_later<C: Connect + Clone + Send + Sync + 'static>(
         match shared.publish(connection, now, fence, &row).await {
             Ok(Ok(())) => {
                 tracing::info!(connection, generation = row.generation, "published the refreshed OAuth tokens");
+                observe(gw, connection, "published");
                 return;
             }
             Ok(Err(why)) => {

@@ -76,6 +76,17 @@ pub enum Observed<'a> {
         /// How many changes.
         changes: usize,
     },
+    /// Something happened to an OAuth account's tokens: `refreshed`, `taken` (from another
+    /// replica), `published` (late, after the store was lost), `deferred` (another replica holds
+    /// the refresh), `retry` or `refused`.
+    Tokens {
+        /// Connection id.
+        connection: &'a str,
+        /// What happened.
+        what: &'static str,
+        /// The tokens' generation afterwards.
+        generation: u64,
+    },
 }
 
 /// An observer of the gateway; called synchronously, never with a lock held.
