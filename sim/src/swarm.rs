@@ -271,11 +271,14 @@ fn steady(client: &str, model: String, start_ms: u64, count: u64, stream: bool, 
     }
 }
 
-/// Some seeds (without replicas, which do not serve OAuth accounts yet) add a subscription
-/// provider `po` whose one or two OAuth accounts refresh at a token server that is down, slow or
-/// revokes access tokens now and then — never long enough to outlast a token, so every account
-/// must still serve when the liveness phase ends. (Its own stream of the seed, so that the rest
-/// of the scenario is what it was without it.)
+/// Some seeds add a subscription provider `po` whose one or two OAuth accounts refresh at a
+/// token server that is down, slow or revokes access tokens now and then — never long enough to
+/// outlast a token, so every account must still serve when the liveness phase ends. With a
+/// second replica, both serve the accounts and refresh them through the store; tokens then live
+/// at least 120 s, so that the 20 % of a life between a refresh and the expiry (24 s) outlasts
+/// the longest cut between a replica and the store (20 s): a claim's holder cut off from the
+/// store publishes before the other replica's token expires. (Its own stream of the seed, so
+/// that the rest of the scenario is what it was without it.)
 fn oauth_accounts(
     seed: u64,
     replicas: &[String],
@@ -286,10 +289,11 @@ fn oauth_accounts(
     states: &mut Vec<StateExpect>,
 ) -> Option<TokenServerSpec> {
     let mut ro = ChaCha8Rng::seed_from_u64(seed ^ 0x0a07_4e11);
-    if !replicas.is_empty() || !ro.random_bool(0.3) {
+    if !ro.random_bool(0.3) {
         return None;
     }
-    let lifetime_ms = ro.random_range(60_000..180_000u64);
+    let shortest = if replicas.is_empty() { 60_000 } else { 120_000 };
+    let lifetime_ms = ro.random_range(shortest..180_000u64);
     gateway.push_str(
         "[[providers]]\nid = \"po\"\nformat = \"anthropic\"\nbase_url = \"http://up-o:9000/v1\"\nclass = \"oauth\"\nmodels = [\"m\"]\n",
     );
@@ -331,6 +335,20 @@ fn oauth_accounts(
     let stream = ro.random_bool(0.3);
     workload.push(steady(&client, "po/m".into(), 0, count, stream, ro.random_bool(0.5)));
     responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
+    for replica in replicas {
+        let client = format!("live-oauth-{replica}");
+        let mut w = steady(&client, "po/m".into(), 1_000, count, stream, ro.random_bool(0.5));
+        w.gateway = Some(replica.clone());
+        workload.push(w);
+        responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
+    }
+    for replica in replicas {
+        let client = format!("live-oauth-{replica}");
+        let mut w = steady(&client, "po/m".into(), 1_000, count, stream, ro.random_bool(0.5));
+        w.gateway = Some(replica.clone());
+        workload.push(w);
+        responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
+    }
     for id in &accounts {
         states.push(StateExpect {
             at_ms: check_at,

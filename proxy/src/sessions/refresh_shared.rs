@@ -27,7 +27,7 @@ use std::time::Duration;
 /// publishes before its claim lapses.
 pub const CLAIM_TTL: Duration = Duration::from_secs(2 * TOKEN_TIMEOUT.as_secs());
 /// How often a replica that found the refresh claimed by another looks again.
-const LOOK_AGAIN: Duration = Duration::from_secs(1);
+const LOOK_AGAIN: Duration = Duration::from_millis(250);
 /// When the store did not answer a claim: how long until the account is looked at again.
 const UNREACHABLE: Duration = Duration::from_secs(1);
 /// When a refresh token is in doubt, or this replica's own publication has not landed: how
