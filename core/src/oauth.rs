@@ -171,6 +171,11 @@ impl Account {
         self.refresh_at
     }
 
+    /// Changes that share (a reloaded config); the next refresh is due by the new one.
+    pub fn set_refresh_at(&mut self, refresh_at: f64) {
+        self.refresh_at = refresh_at;
+    }
+
     /// The current tokens' generation (one more after each refresh or new sign-in).
     pub fn generation(&self) -> u64 {
         self.generation

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 
@@ -73,6 +74,9 @@ pub struct Accounts {
     /// Told when a refresh may have become due at another time (accounts added or replaced, a
     /// flight ended), so the background refresher waits for that or the next due time.
     changed: Arc<Notify>,
+    /// Whether tokens were taken from the config or the local store since they were last
+    /// offered to the store replicas share.
+    unshared: AtomicBool,
 }
 
 impl std::fmt::Debug for Accounts {
@@ -90,7 +94,12 @@ fn bearer(access_token: &str) -> Option<HeaderValue> {
 impl Accounts {
     /// No accounts yet; [`Accounts::sync`] adds the config's.
     pub fn new(sealer: Sealer) -> Accounts {
-        Accounts { sealer, entries: Mutex::new(BTreeMap::new()), changed: Arc::new(Notify::new()) }
+        Accounts {
+            sealer,
+            entries: Mutex::new(BTreeMap::new()),
+            changed: Arc::new(Notify::new()),
+            unshared: AtomicBool::new(true),
+        }
     }
 
     /// What the background refresher waits on besides the next due time.
@@ -137,6 +146,9 @@ impl Accounts {
             // The same sign-in as the one held, and nothing newer stored (an import): keep it.
             let held = entries.get(&c.id).filter(|e| e.origin == origin).map(|e| e.account.generation());
             if held.is_some_and(|g| stored.as_ref().is_none_or(|t| t.origin != origin || t.generation <= g)) {
+                if let Some(e) = entries.get_mut(&c.id) {
+                    e.account.set_refresh_at(o.refresh_at());
+                }
                 continue;
             }
             let (tokens, new_sign_in) = match stored {
@@ -172,10 +184,17 @@ impl Accounts {
             let credential = Credential { authorization, generation: account.generation() };
             let (access_token, refresh_token) = (tokens.access_token, tokens.refresh_token);
             entries.insert(c.id.clone(), Entry { account, credential, access_token, refresh_token, origin, ended });
+            self.unshared.store(true, Ordering::Relaxed);
         }
         drop(entries);
         self.changed.notify_one();
         (renewed, problems)
+    }
+
+    /// Whether tokens were taken from the config or the local store since this was last asked
+    /// (they should be offered to the store replicas share).
+    pub fn take_unshared(&self) -> bool {
+        self.unshared.swap(false, Ordering::Relaxed)
     }
 
     /// Whether `connection` is an OAuth account.
@@ -372,94 +391,5 @@ pub fn import(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(access: &str, refresh: &str) -> Config {
-        let text = format!(
-            "[[providers]]\nid = \"sub\"\nformat = \"anthropic\"\nclass = \"oauth\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"m\"]\n[[connections]]\nid = \"c1\"\nprovider = \"sub\"\noauth = {{ preset = \"claude\", access_token = \"{access}\", refresh_token = \"{refresh}\", expires_at = 1780000600000 }}\n"
-        );
-        Config::from_toml_str(&text, &|_| None, &[]).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn header(a: &Accounts) -> String {
-        a.credential("c1").map(|c| c.authorization.to_str().unwrap_or_default().to_owned()).unwrap_or_default()
-    }
-
-    const NOW: u64 = 1_780_000_000_000;
-
-    #[test]
-    fn a_refresh_is_stored_before_it_is_sent_and_one_overtaken_by_a_new_sign_in_is_dropped() {
-        let store = Store::in_memory().expect("a store");
-        let accounts = Accounts::new(Sealer::new(None).expect("no key"));
-        assert_eq!(accounts.sync(&config("at-1", "rt-1"), Some(&store), NOW), (vec![], vec![]));
-        assert_eq!(header(&accounts), "Bearer at-1");
-        let stored =
-            |s: &Store| s.load_tokens("c1", &Sealer::new(None).expect("no key")).expect("read").expect("a row");
-        assert_eq!((stored(&store).refresh_token.as_str(), stored(&store).generation), ("rt-1", 0));
-
-        // A refresh that ends normally: stored, then sent.
-        let (_, Some(ticket), _) = accounts.begin("c1", NOW, Why::Refused { generation: 0 }) else {
-            panic!("a flight")
-        };
-        assert_eq!(ticket.refresh_token, "rt-1");
-        let life = Lifetime { issued_at_ms: NOW, expires_at_ms: NOW + 3_600_000 };
-        let next = accounts.next_tokens("c1", "at-2".into(), "rt-2".into(), life, NOW).expect("tokens");
-        assert!(accounts.finish("c1", &ticket, Answer::Refreshed(life), Some((&next, Some(&store))), NOW));
-        assert_eq!(header(&accounts), "Bearer at-2");
-        assert_eq!((stored(&store).refresh_token.as_str(), stored(&store).generation), ("rt-2", 1));
-
-        // A refresh overtaken by a new sign-in in the config: neither stored nor adopted.
-        let (_, Some(ticket), _) = accounts.begin("c1", NOW, Why::Refused { generation: 1 }) else {
-            panic!("a flight")
-        };
-        let (renewed, problems) = accounts.sync(&config("at-new", "rt-new"), Some(&store), NOW + 1);
-        assert_eq!((renewed, problems), (vec!["c1".to_owned()], vec![]));
-        let late = accounts.next_tokens("c1", "at-3".into(), "rt-3".into(), life, NOW + 2).expect("tokens");
-        assert!(!accounts.finish("c1", &ticket, Answer::Refreshed(life), Some((&late, Some(&store))), NOW + 2));
-        assert_eq!(header(&accounts), "Bearer at-new");
-        assert_eq!(stored(&store).refresh_token, "rt-new");
-        assert_eq!(stored(&store).origin, origin_of("rt-new"));
-    }
-
-    #[test]
-    fn a_restart_takes_the_stored_rotation_while_the_config_names_the_same_sign_in() {
-        let store = Store::in_memory().expect("a store");
-        let first = Accounts::new(Sealer::new(None).expect("no key"));
-        first.sync(&config("at-1", "rt-1"), Some(&store), NOW);
-        let (_, Some(ticket), _) = first.begin("c1", NOW, Why::Refused { generation: 0 }) else { panic!("a flight") };
-        let life = Lifetime { issued_at_ms: NOW, expires_at_ms: NOW + 3_600_000 };
-        let next = first.next_tokens("c1", "at-2".into(), "rt-2".into(), life, NOW).expect("tokens");
-        assert!(first.finish("c1", &ticket, Answer::Refreshed(life), Some((&next, Some(&store))), NOW));
-        // The next process: the config still names rt-1, used up; the store's rt-2 wins.
-        let second = Accounts::new(Sealer::new(None).expect("no key"));
-        assert_eq!(second.sync(&config("at-1", "rt-1"), Some(&store), NOW + 10), (vec![], vec![]));
-        assert_eq!(header(&second), "Bearer at-2");
-        let (_, Some(ticket), _) = second.begin("c1", NOW + 10, Why::Refused { generation: 1 }) else {
-            panic!("a flight")
-        };
-        assert_eq!(ticket.refresh_token, "rt-2");
-    }
-
-    #[test]
-    fn a_stored_row_that_does_not_open_is_never_overwritten_by_the_config() {
-        let dir = tempfile::tempdir().expect("a dir");
-        let right = Sealer::new(Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=")).expect("a key");
-        let wrong = Sealer::new(Some("HyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4=")).expect("a key");
-        let store = Store::open_dir(dir.path()).expect("a store");
-        let first = Accounts::new(right.clone());
-        first.sync(&config("at-1", "rt-1"), Some(&store), NOW);
-        let (_, Some(ticket), _) = first.begin("c1", NOW, Why::Refused { generation: 0 }) else { panic!("a flight") };
-        let life = Lifetime { issued_at_ms: NOW, expires_at_ms: NOW + 3_600_000 };
-        let next = first.next_tokens("c1", "at-2".into(), "rt-2".into(), life, NOW).expect("tokens");
-        assert!(first.finish("c1", &ticket, Answer::Refreshed(life), Some((&next, Some(&store))), NOW));
-        // Started with the wrong key: the config's tokens serve, the row is told about and kept.
-        let mistaken = Accounts::new(wrong);
-        let (renewed, problems) = mistaken.sync(&config("at-1", "rt-1"), Some(&store), NOW + 1);
-        assert!(renewed.is_empty());
-        assert!(problems.len() == 1 && problems[0].contains("do not decrypt"), "{problems:?}");
-        assert_eq!(header(&mistaken), "Bearer at-1");
-        let kept = store.load_tokens("c1", &right).expect("still opens").expect("a row");
-        assert_eq!((kept.refresh_token.as_str(), kept.generation), ("rt-2", 1));
-    }
-}
+#[path = "accounts_tests.rs"]
+mod tests;

@@ -111,6 +111,12 @@ pub async fn run<C: Connect + Clone + Send + Sync + 'static>(current: impl Fn() 
     loop {
         let gw = current();
         let changed = gw.accounts.changed();
+        // Tokens a reload took (a new sign-in, an import) reach the other replicas.
+        if let Some(link) = gw.replicas()
+            && gw.accounts.take_unshared()
+        {
+            crate::sessions::refresh_shared::seed(&gw, link.tokens()).await;
+        }
         let now = gw.clock.wall_now_ms();
         for (connection, ticket) in gw.accounts.start_due(now) {
             let Some(o) = gw.config.connections.iter().find(|c| c.id == connection).and_then(|c| c.oauth.clone())
