@@ -33,6 +33,29 @@ pub(crate) struct View {
     pub(super) peers_at: Option<u64>,
 }
 
+impl View {
+    /// Why this gateway's own announced state excludes `provider`/`model` on `connection` at
+    /// `at` (sim ms): its model lockout, its provider's open breaker, its cooldown, or a
+    /// terminal state no request may reach (a ban or exhausted credits).
+    pub(super) fn exclusion(&self, at: u64, provider: &str, connection: &str, model: &str) -> Vec<String> {
+        let mut why = Vec::new();
+        let lock = (provider.to_owned(), connection.to_owned(), model.to_owned());
+        if let Some(until) = self.locked_until.get(&lock).filter(|u| at < **u) {
+            why.push(format!("inside its model lockout (until {until} ms)"));
+        }
+        if let Some(until) = self.breaker_open_until.get(provider).filter(|u| at < **u) {
+            why.push(format!("while {provider}'s breaker is open until {until} ms"));
+        }
+        if let Some(until) = self.cooling_until.get(connection).filter(|u| at < **u) {
+            why.push(format!("inside {connection}'s cooldown (until {until} ms)"));
+        }
+        if let Some(t @ (TerminalState::Banned | TerminalState::CreditsExhausted)) = self.terminal.get(connection) {
+            why.push(format!("which is {}", t.as_str()));
+        }
+        why
+    }
+}
+
 /// Simulated milliseconds as seconds: `1.5s`, `60s`.
 pub fn secs(ms: u64) -> String {
     if ms.is_multiple_of(1000) {
@@ -142,16 +165,8 @@ impl Recorder {
                         );
                     }
                 }
-                let lock = ((*provider).to_owned(), (*connection).to_owned(), (*model).to_owned());
-                if let Some(until) = self.view.locked_until.get(&lock)
-                    && at < *until
-                {
-                    self.gw_violate(
-                        at,
-                        format!(
-                            "dispatched {provider}/{model} on {connection} inside its model lockout (until {until} ms)"
-                        ),
-                    );
+                for why in self.view.exclusion(at, provider, connection, model) {
+                    self.gw_violate(at, format!("dispatched {provider}/{model} on {connection}, {why}"));
                 }
                 *self.dispatches.entry(((*provider).to_owned(), (*connection).to_owned())).or_insert(0) += 1;
                 // A breaker and a connection are drawn from 0 s in the state they start in.
@@ -177,21 +192,13 @@ impl Recorder {
                     note: format!("{provider}/{model} to {connection}{again}"),
                 });
                 *self.targets.entry(format!("{provider}/{model}")).or_insert(0) += 1;
-                if let Some(until) = self.view.breaker_open_until.get(*provider)
-                    && at < *until
-                {
-                    self.gw_violate(at, format!("dispatched to {provider} while its breaker is open until {until} ms"));
-                }
-                if let Some(until) = self.view.cooling_until.get(*connection)
-                    && at < *until
-                {
-                    self.gw_violate(at, format!("dispatched to {connection} inside its cooldown (until {until} ms)"));
-                }
-                if let Some(t @ (TerminalState::Banned | TerminalState::CreditsExhausted)) =
-                    self.view.terminal.get(*connection)
-                {
-                    let t = t.as_str();
-                    self.gw_violate(at, format!("dispatched to {connection}, which is {t}"));
+            }
+            Observed::Pick { provider, connection, model, request } => {
+                // `select`'s own invariant, independent of the re-check before sending: it never
+                // returns a target its own state excludes. Not logged (the dispatch is).
+                let what = format!("select picked {provider}/{model} on {connection} for request {request}");
+                for why in self.view.exclusion(at, provider, connection, model) {
+                    self.gw_violate(at, format!("{what}, {why}"));
                 }
             }
             Observed::Outcome { provider, connection, kind } => {

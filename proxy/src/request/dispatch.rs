@@ -97,6 +97,17 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
         };
         let target = &plan.targets[index];
         let (provider, connection) = gw.parts(target);
+        // What `select` itself returned, before any later guard re-checks it (the simulation
+        // holds each layer to its own invariant).
+        gw.observe(
+            now,
+            crate::state::gateway::Observed::Pick {
+                provider: &provider.id,
+                connection: &connection.id,
+                model: &target.model,
+                request,
+            },
+        );
         report.order.push(format!("{}/{}", provider.id, target.model));
         // A provider-level failure is not counted when the next target is on the same provider.
         let same_provider_next = plan.combo

@@ -50,6 +50,18 @@ pub enum Observed<'a> {
         /// Sent again within the same attempt (the M4 lane), not a new attempt.
         resend: bool,
     },
+    /// The engine's `select` picked this target for a request (before the re-check that
+    /// guards the send; see [`Observed::Dispatch`] for what was sent).
+    Pick {
+        /// Provider id.
+        provider: &'a str,
+        /// Connection id.
+        connection: &'a str,
+        /// The model.
+        model: &'a str,
+        /// The client request it belongs to.
+        request: u64,
+    },
     /// An attempt's outcome is about to be recorded, as its raw status or error says (before
     /// any classification).
     Outcome {
