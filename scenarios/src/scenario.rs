@@ -46,6 +46,11 @@ pub struct Scenario {
     /// An OAuth token server for the gateway's subscription accounts.
     #[serde(default)]
     pub token_server: Option<crate::token_server::TokenServerSpec>,
+    /// Whether the gateway's interleaving points pause (a seeded draw at each store call,
+    /// before each send and before each outcome is recorded), so that requests interleave as on
+    /// a multi-threaded runtime. The swarm always turns them on.
+    #[serde(default)]
+    pub interleave: bool,
     /// What must hold.
     #[serde(default)]
     pub expect: Expect,

@@ -232,6 +232,7 @@ pub fn generate(seed: u64) -> Scenario {
         workload,
         faults,
         token_server,
+        interleave: true,
         expect: Expect {
             responses,
             counts: Vec::new(),

@@ -34,6 +34,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let turmoil_seed = rng.next_u64();
     let proxy_seed = rng.next_u64();
     let abort_seed = rng.next_u64();
+    let interleave_seed = rng.next_u64();
+    // Drawn for every run, so that turning points on changes nothing else of the seed's run.
+    let _points = scenario.interleave.then(|| proxy::state::interleave::enable(interleave_seed));
 
     if let Err(problem) = check_hosts(scenario) {
         lock(&shared).rec.violate(0, format!("the scenario is invalid: {problem}"));
@@ -431,6 +434,7 @@ pub fn bench_scenario() -> Scenario {
         }],
         faults: Vec::new(),
         token_server: None,
+        interleave: false,
         expect: scenarios::scenario::Expect::default(),
     }
 }

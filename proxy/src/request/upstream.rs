@@ -170,6 +170,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         }
         _ => None,
     };
+    crate::state::interleave::point("upstream.before_send").await;
     // The wait for a slot may have outlasted the breaker or the connection: re-check before
     // sending, so that nothing reaches a provider whose breaker opened meanwhile.
     let now = gw.clock.now();
@@ -293,6 +294,8 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         slow = next_slow;
         resend = true;
     };
+    // Another request's outcome may be recorded between this answer and its own.
+    crate::state::interleave::point("upstream.before_outcome").await;
     let status = resp.status();
     observe_response(&gw, &target, &resp, started, status.is_success().then_some(route_key));
     if status.is_success() {

@@ -12,6 +12,7 @@ use crate::edge::errors::{Body, ProxyError, Source, json_response};
 use crate::sessions::lease_shared::SharedLeases;
 use crate::sessions::lease_store::Acquired;
 use crate::state::gateway::Gateway;
+use crate::state::interleave;
 use crate::state::store::Store;
 use ferroute_core::session::lease::{
     Lease, LeaseError, LeaseState, capacity_retry_after, clamp_ttl, fence, owner_hash, parse_generation, valid_owner,
@@ -72,22 +73,28 @@ impl LeaseBackend<'_> {
         ttl: std::time::Duration,
         now_ms: u64,
     ) -> Result<Acquired, String> {
-        match self {
-            LeaseBackend::Sqlite(s) => {
-                s.acquire_lease(owner, key, model, eligible, ttl, now_ms).map_err(|e| e.to_string())
+        interleave::call("lease.acquire", async {
+            match self {
+                LeaseBackend::Sqlite(s) => {
+                    s.acquire_lease(owner, key, model, eligible, ttl, now_ms).map_err(|e| e.to_string())
+                }
+                LeaseBackend::Shared(r) => {
+                    r.acquire(owner, key, model, eligible, ttl, now_ms).await.map_err(|e| e.to_string())
+                }
             }
-            LeaseBackend::Shared(r) => {
-                r.acquire(owner, key, model, eligible, ttl, now_ms).await.map_err(|e| e.to_string())
-            }
-        }
+        })
+        .await
     }
 
     /// The owner's lease of generation `g`.
     pub async fn lease(&self, owner: &str, g: u64, now_ms: u64) -> Result<Option<Lease>, String> {
-        match self {
-            LeaseBackend::Sqlite(s) => s.lease(owner, g, now_ms).map_err(|e| e.to_string()),
-            LeaseBackend::Shared(r) => r.lease(owner, g, now_ms).await.map_err(|e| e.to_string()),
-        }
+        interleave::call("lease.read", async {
+            match self {
+                LeaseBackend::Sqlite(s) => s.lease(owner, g, now_ms).map_err(|e| e.to_string()),
+                LeaseBackend::Shared(r) => r.lease(owner, g, now_ms).await.map_err(|e| e.to_string()),
+            }
+        })
+        .await
     }
 
     /// Extends an active lease to `now + ttl`.
@@ -98,18 +105,24 @@ impl LeaseBackend<'_> {
         ttl: std::time::Duration,
         now_ms: u64,
     ) -> Result<Option<Lease>, String> {
-        match self {
-            LeaseBackend::Sqlite(s) => s.renew_lease(owner, g, ttl, now_ms).map_err(|e| e.to_string()),
-            LeaseBackend::Shared(r) => r.renew(owner, g, ttl, now_ms).await.map_err(|e| e.to_string()),
-        }
+        interleave::call("lease.renew", async {
+            match self {
+                LeaseBackend::Sqlite(s) => s.renew_lease(owner, g, ttl, now_ms).map_err(|e| e.to_string()),
+                LeaseBackend::Shared(r) => r.renew(owner, g, ttl, now_ms).await.map_err(|e| e.to_string()),
+            }
+        })
+        .await
     }
 
     /// Releases an active lease.
     pub async fn release(&self, owner: &str, g: u64, now_ms: u64) -> Result<Option<Lease>, String> {
-        match self {
-            LeaseBackend::Sqlite(s) => s.release_lease(owner, g, now_ms).map_err(|e| e.to_string()),
-            LeaseBackend::Shared(r) => r.release(owner, g, now_ms).await.map_err(|e| e.to_string()),
-        }
+        interleave::call("lease.release", async {
+            match self {
+                LeaseBackend::Sqlite(s) => s.release_lease(owner, g, now_ms).map_err(|e| e.to_string()),
+                LeaseBackend::Shared(r) => r.release(owner, g, now_ms).await.map_err(|e| e.to_string()),
+            }
+        })
+        .await
     }
 
     /// Ends as INVALIDATED every active lease for which `allowed(key_id, connection)` is
@@ -119,28 +132,34 @@ impl LeaseBackend<'_> {
         allowed: &(dyn Fn(&str, &str) -> bool + Sync),
         now_ms: u64,
     ) -> Result<usize, String> {
-        match self {
-            LeaseBackend::Sqlite(s) => s.invalidate_leases(&allowed, now_ms).map_err(|e| e.to_string()),
-            LeaseBackend::Shared(r) => {
-                let mut n = 0;
-                for l in r.active(now_ms).await.map_err(|e| e.to_string())? {
-                    if !allowed(&l.key_id, &l.connection)
-                        && r.invalidate(&l.owner_hash, l.generation, now_ms).await.map_err(|e| e.to_string())?
-                    {
-                        n += 1;
+        interleave::call("lease.invalidate", async {
+            match self {
+                LeaseBackend::Sqlite(s) => s.invalidate_leases(&allowed, now_ms).map_err(|e| e.to_string()),
+                LeaseBackend::Shared(r) => {
+                    let mut n = 0;
+                    for l in r.active(now_ms).await.map_err(|e| e.to_string())? {
+                        if !allowed(&l.key_id, &l.connection)
+                            && r.invalidate(&l.owner_hash, l.generation, now_ms).await.map_err(|e| e.to_string())?
+                        {
+                            n += 1;
+                        }
                     }
+                    Ok(n)
                 }
-                Ok(n)
             }
-        }
+        })
+        .await
     }
 
     /// How many leases are active at `now_ms`.
     pub async fn active(&self, now_ms: u64) -> Result<u64, String> {
-        match self {
-            LeaseBackend::Sqlite(s) => s.active_leases(now_ms).map_err(|e| e.to_string()),
-            LeaseBackend::Shared(r) => r.active(now_ms).await.map(|v| v.len() as u64).map_err(|e| e.to_string()),
-        }
+        interleave::call("lease.active", async {
+            match self {
+                LeaseBackend::Sqlite(s) => s.active_leases(now_ms).map_err(|e| e.to_string()),
+                LeaseBackend::Shared(r) => r.active(now_ms).await.map(|v| v.len() as u64).map_err(|e| e.to_string()),
+            }
+        })
+        .await
     }
 }
 

@@ -18,6 +18,7 @@ use crate::sessions::refresh_outcome::{observe, refreshed, refused, retry};
 use crate::sessions::token_endpoint::{Reply, TOKEN_TIMEOUT, ask};
 use crate::sessions::token_store::{StoredTokens, open_blob, seal_blob};
 use crate::state::gateway::Gateway;
+use crate::state::interleave::call;
 use ferroute_core::oauth::Answer;
 use hyper_util::client::legacy::connect::Connect;
 use std::sync::Arc;
@@ -117,7 +118,7 @@ pub async fn make<C: Connect + Clone + Send + Sync + 'static>(
         let now = gw.clock.wall_now_ms();
         let may_wait = gw.accounts.view(connection).is_some_and(|v| v.expires_at > now);
         let from = ticket.flight.generation;
-        let claim = shared.claim(connection, now, link.name(), from, CLAIM_TTL, may_wait).await;
+        let claim = call("tokens.claim", shared.claim(connection, now, link.name(), from, CLAIM_TTL, may_wait)).await;
         let now = gw.clock.wall_now_ms();
         let defer = |at_ms: u64| {
             gw.accounts.finish(connection, ticket, Answer::Deferred { at_ms }, None, now);
@@ -210,7 +211,7 @@ async fn present<C: Connect + Clone + Send + Sync + 'static>(
                     return false;
                 }
             };
-            match shared.publish(connection, now, fence, &row).await {
+            match call("tokens.publish", shared.publish(connection, now, fence, &row)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(why)) => {
                     // Only if a claim lapsed while this replica was away and another replica,
