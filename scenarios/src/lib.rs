@@ -15,7 +15,7 @@ pub mod scenario;
 pub mod script;
 mod sse_out;
 pub mod store;
-pub mod store_tokens;
+pub mod store_lua;
 pub mod token_server;
 pub mod toxic;
 pub mod upstream;

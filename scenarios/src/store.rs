@@ -1,20 +1,22 @@
 //! The simulation's shared-state store: a host that keeps what replicas share (a hash of the
-//! latest state per field, a channel every change is published on, and the exclusive leases)
-//! and answers the same operations as Redis does for Ferroute, over any byte stream (simulated
-//! sockets in the simulation, loopback TCP in the contract suite that holds it to Redis).
+//! latest state per field, a channel every change is published on, the exclusive leases and the
+//! OAuth accounts' tokens) and answers the same operations as Redis does for Ferroute, over any
+//! byte stream (simulated sockets in the simulation, loopback TCP in the contract suites that
+//! hold it to Redis). Leases and tokens are Ferroute's own Redis scripts, run by an embedded Lua
+//! ([`crate::store_lua`]), not a port of them.
 //!
 //! The protocol is one JSON object per line. A request names its `op`: `apply` (`ops`: `set`,
-//! `delete`, `publish`), `fields`, `published` (how many messages ever were), `load`, `lease` (`name`, `now`, `args`: the operations and
-//! replies of Ferroute's `lease_redis.lua`), `tokens` (`name`, `now`, `connection`, `args`:
-//! those of `oauth_redis.lua`, in [`crate::store_tokens`]), or `follow`, after which the connection carries
-//! every published message as `{"msg": …}`. Replies are `{"ok": …}` or `{"err": "…"}`.
+//! `delete`, `publish`), `fields`, `published` (how many messages ever were), `load`, `lease`
+//! (`name`, `now`, `args`: an operation of `lease_redis.lua`), `tokens` (`name`, `now`,
+//! `connection`, `args`: one of `oauth_redis.lua`), or `follow`, after which the connection
+//! carries every published message as `{"msg": …}`. Replies are `{"ok": …}` or `{"err": "…"}`.
 //! Ended leases are kept (Redis lets them lapse after a day of real time).
 
 use crate::net::Listener;
-use crate::store_tokens::TokenTable;
+use crate::store_lua::Scripts;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -82,32 +84,15 @@ pub enum Request {
     },
 }
 
-#[derive(Debug, Clone)]
-struct Record {
-    key: String,
-    conn: String,
-    model: String,
-    state: &'static str,
-    acq: u64,
-    ren: u64,
-    exp: u64,
-}
-
-#[derive(Default)]
 struct Inner {
     hash: BTreeMap<String, String>,
     published: u64,
     followers: Vec<mpsc::UnboundedSender<String>>,
-    records: BTreeMap<(String, u64), Record>,
-    owner_ptr: BTreeMap<String, u64>,
-    conn_ptr: BTreeMap<String, (String, u64)>,
-    generations: BTreeMap<String, u64>,
-    active: BTreeSet<(String, u64)>,
-    tokens: TokenTable,
+    /// Ferroute's lease and token scripts over their own keyspace.
+    scripts: Scripts,
 }
 
 /// The store's contents, shared by every connection to it.
-#[derive(Default)]
 pub struct StoreHost {
     inner: Mutex<Inner>,
 }
@@ -121,7 +106,10 @@ impl std::fmt::Debug for StoreHost {
 impl StoreHost {
     /// An empty store.
     pub fn new() -> Arc<StoreHost> {
-        Arc::new(StoreHost::default())
+        // The scripts are compiled into the binary; a failure to load them is a build mistake.
+        let scripts = Scripts::new().unwrap_or_else(|e| panic!("Ferroute's Redis scripts do not load: {e}"));
+        let inner = Inner { hash: BTreeMap::new(), published: 0, followers: Vec::new(), scripts };
+        Arc::new(StoreHost { inner: Mutex::new(inner) })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -159,174 +147,15 @@ impl StoreHost {
             Request::Fields => json!({"ok": s.hash.keys().collect::<Vec<_>>()}),
             Request::Published => json!({"ok": s.published}),
             Request::Load => json!({"ok": s.hash.iter().map(|(k, v)| [k, v]).collect::<Vec<_>>()}),
-            Request::Lease { name, now, args } => match s.lease(&name, now, &args) {
+            Request::Lease { name, now, args } => match s.scripts.lease(&name, now, &args) {
                 Ok(reply) => json!({ "ok": reply }),
                 Err(e) => json!({ "err": e }),
             },
-            Request::Tokens { name, now, connection, args } => match s.tokens.run(&name, now, &connection, &args) {
+            Request::Tokens { name, now, connection, args } => match s.scripts.tokens(&name, now, &connection, &args) {
                 Ok(reply) => json!({ "ok": reply }),
                 Err(e) => json!({ "err": e }),
             },
             Request::Follow => json!({"err": "follow needs its own connection"}),
-        }
-    }
-}
-
-fn words(w: &[&str]) -> Vec<Option<String>> {
-    w.iter().map(|x| Some((*x).to_owned())).collect()
-}
-
-impl Inner {
-    /// Ends an active lease as `state`, freeing its owner and its connection.
-    fn finish(&mut self, id: &(String, u64), state: &'static str, now: u64) {
-        let Some(r) = self.records.get_mut(id) else { return };
-        r.state = state;
-        if state != "EXPIRED" {
-            r.ren = now;
-        }
-        let conn = r.conn.clone();
-        if self.owner_ptr.get(&id.0) == Some(&id.1) {
-            self.owner_ptr.remove(&id.0);
-        }
-        if self.conn_ptr.get(&conn) == Some(id) {
-            self.conn_ptr.remove(&conn);
-        }
-        self.active.remove(id);
-    }
-
-    /// The state of a lease now (`None` when there is none); a lapsed one is reclaimed first.
-    fn state(&mut self, id: &(String, u64), now: u64) -> Option<&'static str> {
-        let r = self.records.get(id)?;
-        if r.state == "ACTIVE" && r.exp <= now {
-            self.finish(id, "EXPIRED", now);
-            return Some("EXPIRED");
-        }
-        Some(r.state)
-    }
-
-    fn pack(&self, id: &(String, u64)) -> Vec<Option<String>> {
-        let Some(r) = self.records.get(id) else { return words(&["none"]) };
-        let mut out = words(&["lease"]);
-        for v in [
-            id.1.to_string(),
-            r.key.clone(),
-            r.conn.clone(),
-            r.model.clone(),
-            r.state.to_owned(),
-            r.acq.to_string(),
-            r.ren.to_string(),
-            r.exp.to_string(),
-        ] {
-            out.push(Some(v));
-        }
-        out
-    }
-
-    fn lease(&mut self, op: &str, now: u64, args: &[String]) -> Result<Vec<Option<String>>, String> {
-        let arg = |i: usize| args.get(i).cloned().ok_or_else(|| format!("{op}: argument {i} missing"));
-        let num = |i: usize| arg(i).and_then(|a| a.parse::<u64>().map_err(|e| format!("{op}: argument {i}: {e}")));
-        match op {
-            "acquire" => {
-                let (o, key, model, ttl) = (arg(0)?, arg(1)?, arg(2)?, num(3)?);
-                let eligible = &args[4.min(args.len())..];
-                if let Some(&g) = self.owner_ptr.get(&o) {
-                    let id = (o.clone(), g);
-                    if self.state(&id, now) == Some("ACTIVE") {
-                        let r = &self.records[&id];
-                        return Ok(if r.key == key && eligible.contains(&r.conn) {
-                            self.pack(&id)
-                        } else {
-                            words(&["busy"])
-                        });
-                    }
-                    if self.owner_ptr.get(&o) == Some(&g) {
-                        self.owner_ptr.remove(&o);
-                    }
-                }
-                let mut soonest: Option<u64> = None;
-                for c in eligible {
-                    let holder = self.conn_ptr.get(c).cloned();
-                    let mut held = false;
-                    if let Some(h) = holder {
-                        if self.state(&h, now) == Some("ACTIVE") {
-                            held = true;
-                            let exp = self.records[&h].exp;
-                            soonest = Some(soonest.map_or(exp, |s| s.min(exp)));
-                        } else if self.conn_ptr.get(c) == Some(&h) {
-                            self.conn_ptr.remove(c);
-                        }
-                    }
-                    if !held {
-                        let g = self.generations.entry(o.clone()).or_insert(0);
-                        *g += 1;
-                        let id = (o.clone(), *g);
-                        let r = Record {
-                            key,
-                            conn: c.clone(),
-                            model,
-                            state: "ACTIVE",
-                            acq: now,
-                            ren: now,
-                            exp: now.saturating_add(ttl),
-                        };
-                        self.records.insert(id.clone(), r);
-                        self.owner_ptr.insert(o, id.1);
-                        self.conn_ptr.insert(c.clone(), id.clone());
-                        self.active.insert(id.clone());
-                        return Ok(self.pack(&id));
-                    }
-                }
-                Ok(vec![
-                    Some("full".to_owned()),
-                    Some(soonest.map_or(String::new(), |s| s.to_string())),
-                    Some(eligible.len().to_string()),
-                ])
-            }
-            "invalidate" => {
-                let id = (arg(0)?, num(1)?);
-                if self.state(&id, now) == Some("ACTIVE") {
-                    self.finish(&id, "INVALIDATED", now);
-                    return Ok(words(&["ended"]));
-                }
-                Ok(words(&["kept"]))
-            }
-            "lease" | "renew" | "release" => {
-                let id = (arg(0)?, num(1)?);
-                let Some(state) = self.state(&id, now) else { return Ok(words(&["none"])) };
-                if state == "ACTIVE" {
-                    match op {
-                        "renew" => {
-                            let ttl = num(2)?;
-                            if let Some(r) = self.records.get_mut(&id) {
-                                r.ren = now;
-                                r.exp = now.saturating_add(ttl);
-                            }
-                        }
-                        "release" => self.finish(&id, "RELEASED", now),
-                        _ => {}
-                    }
-                }
-                Ok(self.pack(&id))
-            }
-            "active" => {
-                let mut out = words(&["active"]);
-                let members: Vec<(String, u64)> = self.active.iter().cloned().collect();
-                for id in members {
-                    if self.state(&id, now) == Some("ACTIVE") {
-                        let r = &self.records[&id];
-                        out.extend([
-                            Some(id.0.clone()),
-                            Some(id.1.to_string()),
-                            Some(r.key.clone()),
-                            Some(r.conn.clone()),
-                        ]);
-                    } else {
-                        self.active.remove(&id);
-                    }
-                }
-                Ok(out)
-            }
-            other => Err(format!("unknown lease operation {other}")),
         }
     }
 }

@@ -27,12 +27,21 @@ fn redis_store(redis: &Redis, prefix: &str) -> Arc<dyn SharedStore> {
 
 /// A fresh store host on a loopback port, and a client of it (call inside a runtime).
 async fn sim_store() -> Arc<dyn SharedStore> {
+    sim_clients(1).await.remove(0)
+}
+
+/// A fresh store host on a loopback port, and `n` clients of it (call inside a runtime).
+async fn sim_clients(n: usize) -> Vec<Arc<dyn SharedStore>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(serve_store(listener, StoreHost::new()));
-    Arc::new(StoreClient::new(Arc::new(move || {
-        Box::pin(async move { Ok(Box::new(tokio::net::TcpStream::connect(addr).await?) as Box<dyn Io>) })
-    })))
+    (0..n)
+        .map(|_| -> Arc<dyn SharedStore> {
+            Arc::new(StoreClient::new(Arc::new(move || {
+                Box::pin(async move { Ok(Box::new(tokio::net::TcpStream::connect(addr).await?) as Box<dyn Io>) })
+            })))
+        })
+        .collect()
 }
 
 const TTL: Duration = Duration::from_secs(120);
@@ -207,34 +216,39 @@ fn sqlite_redis_and_the_store_host_answer_every_sequence_alike() {
         .expect("the stores agree");
 }
 
-/// Two replicas' worth of connections to one Redis, 50 acquires at once for 5 connections:
-/// exactly 5 granted, each connection once.
+/// Two replicas' worth of clients of one store (Redis, then the store host running the same
+/// script), 50 acquires at once for 5 connections: exactly 5 granted, each connection once.
 #[test]
 fn fifty_concurrent_acquires_through_two_clients_grant_exactly_five() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let Some(redis) = rt.block_on(Redis::start()) else { return };
-    let replicas: Vec<Arc<SharedLeases>> =
-        (0..2).map(|_| Arc::new(SharedLeases::new(redis_store(&redis, "fifty")))).collect();
-    let grants = rt.block_on(async {
-        let tasks: Vec<_> = (0..50)
-            .map(|i| {
-                let r = Arc::clone(&replicas[i % 2]);
-                tokio::spawn(async move { r.acquire(&format!("owner{i}"), "team", "m", &conns(5), TTL, 1_000).await })
-            })
-            .collect();
-        let mut grants = Vec::new();
-        for t in tasks {
-            match t.await.expect("task").expect("acquire") {
-                Acquired::Lease(l) => grants.push(l.connection),
-                Acquired::Full(n) => assert_eq!((n.eligible, n.free), (5, 0)),
-                Acquired::OwnerBusy => panic!("every owner is new"),
+    let on_redis: Vec<Arc<dyn SharedStore>> = (0..2).map(|_| redis_store(&redis, "fifty")).collect();
+    let on_host = rt.block_on(sim_clients(2));
+    for (store, clients) in [("redis", on_redis), ("the store host", on_host)] {
+        let replicas: Vec<Arc<SharedLeases>> = clients.into_iter().map(|c| Arc::new(SharedLeases::new(c))).collect();
+        let grants = rt.block_on(async {
+            let tasks: Vec<_> = (0..50)
+                .map(|i| {
+                    let r = Arc::clone(&replicas[i % 2]);
+                    tokio::spawn(
+                        async move { r.acquire(&format!("owner{i}"), "team", "m", &conns(5), TTL, 1_000).await },
+                    )
+                })
+                .collect();
+            let mut grants = Vec::new();
+            for t in tasks {
+                match t.await.expect("task").expect("acquire") {
+                    Acquired::Lease(l) => grants.push(l.connection),
+                    Acquired::Full(n) => assert_eq!((n.eligible, n.free), (5, 0), "{store}"),
+                    Acquired::OwnerBusy => panic!("{store}: every owner is new"),
+                }
             }
-        }
-        grants
-    });
-    let distinct: BTreeSet<&String> = grants.iter().collect();
-    assert_eq!((grants.len(), distinct.len()), (5, 5), "{grants:?}");
-    assert_eq!(rt.block_on(replicas[0].active(2_000)).expect("count").len(), 5);
+            grants
+        });
+        let distinct: BTreeSet<&String> = grants.iter().collect();
+        assert_eq!((grants.len(), distinct.len()), (5, 5), "{store}: {grants:?}");
+        assert_eq!(rt.block_on(replicas[0].active(2_000)).expect("count").len(), 5, "{store}");
+    }
 }
 
 /// A store that cannot be reached fails the operation within the timeout (the gateway answers

@@ -1,8 +1,8 @@
 //! One contract for the OAuth tokens replicas share: the same calls at the same instants get
 //! the same answers from Redis (`oauth_redis.lua`, what replicas share in production) and from
-//! the simulation's store host (its Rust port), so a change to one that the other does not
-//! follow fails here. Redis is a real `redis-server` (`chaos::redis`); each case uses its own
-//! key prefix and its own store host.
+//! the simulation's store host (the same script in an embedded Lua over its own keyspace), so
+//! a command the store host answers unlike Redis fails here. Redis is a real `redis-server`
+//! (`chaos::redis`); each case uses its own key prefix and its own store host.
 
 use chaos::redis::Redis;
 use ferroute_core::oauth::Lifetime;
@@ -208,28 +208,44 @@ fn redis_and_the_store_host_answer_every_token_sequence_alike() {
         .expect("the stores agree");
 }
 
-/// Two replicas' worth of clients of one Redis, 40 claims at once from one generation:
-/// exactly one granted; the rest hear that the claim is held.
+/// Two replicas' worth of clients of one store (Redis, then the store host running the same
+/// script), 40 claims at once from one generation: exactly one granted; the rest hear that the
+/// claim is held.
 #[test]
 fn forty_concurrent_claims_through_two_clients_grant_one() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let Some(redis) = rt.block_on(Redis::start()) else { return };
-    let replicas: Vec<SharedTokens> = (0..2).map(|_| SharedTokens::new(redis_store(&redis, "tokens-forty"))).collect();
-    rt.block_on(replicas[0].seed("c1", 0, &row(0, "o1", 600_000))).expect("seed");
-    let answers = rt.block_on(async {
-        let tasks: Vec<_> = (0..40)
-            .map(|i| {
-                let r = replicas[i % 2].clone();
-                tokio::spawn(async move { r.claim("c1", 1_000, &format!("r{}", i % 2), 0, TTL, true).await })
+    let on_redis: Vec<Arc<dyn SharedStore>> = (0..2).map(|_| redis_store(&redis, "tokens-forty")).collect();
+    let on_host = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(serve_store(listener, StoreHost::new()));
+        (0..2)
+            .map(|_| -> Arc<dyn SharedStore> {
+                Arc::new(StoreClient::new(Arc::new(move || {
+                    Box::pin(async move { Ok(Box::new(tokio::net::TcpStream::connect(addr).await?) as Box<dyn Io>) })
+                })))
             })
-            .collect();
-        let mut answers = Vec::new();
-        for t in tasks {
-            answers.push(t.await.expect("task").expect("claim"));
-        }
-        answers
+            .collect::<Vec<_>>()
     });
-    let granted = answers.iter().filter(|a| matches!(a, Claim::Granted { .. })).count();
-    let busy = answers.iter().filter(|a| matches!(a, Claim::Busy { until_ms: 61_000 })).count();
-    assert_eq!((granted, busy), (1, 39), "{answers:?}");
+    for (store, clients) in [("redis", on_redis), ("the store host", on_host)] {
+        let replicas: Vec<SharedTokens> = clients.into_iter().map(SharedTokens::new).collect();
+        rt.block_on(replicas[0].seed("c1", 0, &row(0, "o1", 600_000))).expect("seed");
+        let answers = rt.block_on(async {
+            let tasks: Vec<_> = (0..40)
+                .map(|i| {
+                    let r = replicas[i % 2].clone();
+                    tokio::spawn(async move { r.claim("c1", 1_000, &format!("r{}", i % 2), 0, TTL, true).await })
+                })
+                .collect();
+            let mut answers = Vec::new();
+            for t in tasks {
+                answers.push(t.await.expect("task").expect("claim"));
+            }
+            answers
+        });
+        let granted = answers.iter().filter(|a| matches!(a, Claim::Granted { .. })).count();
+        let busy = answers.iter().filter(|a| matches!(a, Claim::Busy { until_ms: 61_000 })).count();
+        assert_eq!((granted, busy), (1, 39), "{store}: {answers:?}");
+    }
 }

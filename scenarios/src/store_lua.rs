@@ -1,0 +1,252 @@
+//! Ferroute's own Redis scripts (`lease_redis.lua`, `oauth_redis.lua`), run as they are by an
+//! embedded Lua 5.1 (Redis's Lua) over an in-memory keyspace that answers the few commands they
+//! call (`GET`, `SET`, `DEL`, `INCR`, `HGET`, `HMGET`, `HSET`, `HINCRBY`, `SADD`, `SREM`,
+//! `SMEMBERS`, `PEXPIRE`) with Redis's replies. So the simulation's store host runs the very
+//! logic Redis runs, and a change to a script is a change in the simulation too;
+//! `sim/tests/store_contract.rs` and `token_contract.rs` hold the two to the same answers.
+//!
+//! `PEXPIRE` is accepted and ignored: ended leases stay readable (Redis lets them lapse after a
+//! day of real time, which no simulation reaches).
+
+use mlua::{Function, Lua, MultiValue, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const LEASE: &str = include_str!("../../proxy/src/replicas/lease_redis.lua");
+const TOKENS: &str = include_str!("../../proxy/src/replicas/oauth_redis.lua");
+
+/// The key prefix the scripts are run under (each store host is its own keyspace).
+pub const PREFIX: &str = "sim";
+/// How long an ended lease stays readable, as the gateway asks Redis (ms).
+const RETAIN_MS: u64 = 24 * 3600 * 1000;
+
+#[derive(Debug, Clone)]
+enum Entry {
+    Str(String),
+    Hash(BTreeMap<String, String>),
+    Set(BTreeSet<String>),
+}
+
+type Keys = Arc<Mutex<BTreeMap<String, Entry>>>;
+
+fn keys(k: &Keys) -> MutexGuard<'_, BTreeMap<String, Entry>> {
+    k.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A Redis reply, as the scripts see it.
+enum Reply {
+    Nil,
+    Int(i64),
+    Bulk(String),
+    Status(&'static str),
+    Array(Vec<Reply>),
+}
+
+/// One command's arguments as Redis receives them: strings, numbers in their integer form.
+fn words(args: MultiValue) -> Result<Vec<String>, String> {
+    args.into_iter()
+        .map(|v| match v {
+            Value::String(s) => Ok(s.to_str().map_err(|e| e.to_string())?.to_owned()),
+            Value::Integer(i) => Ok(i.to_string()),
+            Value::Number(n) if n.fract() == 0.0 && n.abs() < 9.0e15 => Ok(format!("{n:.0}")),
+            Value::Number(n) => Ok(n.to_string()),
+            other => {
+                Err(format!("Lua redis lib command arguments must be strings or integers, not {}", other.type_name()))
+            }
+        })
+        .collect()
+}
+
+fn int(s: &str, what: &str) -> Result<i64, String> {
+    s.parse().map_err(|_| format!("ERR {what} is not an integer or out of range"))
+}
+
+/// Runs one command on the keyspace.
+fn command(k: &mut BTreeMap<String, Entry>, w: &[String]) -> Result<Reply, String> {
+    let name = w.first().map(|c| c.to_ascii_uppercase()).unwrap_or_default();
+    let arg =
+        |i: usize| w.get(i).map(String::as_str).ok_or_else(|| format!("ERR wrong number of arguments for '{name}'"));
+    let wrong = || "WRONGTYPE Operation against a key holding the wrong kind of value".to_owned();
+    Ok(match name.as_str() {
+        "GET" => match k.get(arg(1)?) {
+            None => Reply::Nil,
+            Some(Entry::Str(s)) => Reply::Bulk(s.clone()),
+            Some(_) => return Err(wrong()),
+        },
+        "SET" => {
+            k.insert(arg(1)?.to_owned(), Entry::Str(arg(2)?.to_owned()));
+            Reply::Status("OK")
+        }
+        "DEL" => Reply::Int(w[1..].iter().filter(|key| k.remove(key.as_str()).is_some()).count() as i64),
+        "INCR" => {
+            let key = arg(1)?;
+            let n = match k.get(key) {
+                None => 1,
+                Some(Entry::Str(s)) => int(s, "value")? + 1,
+                Some(_) => return Err(wrong()),
+            };
+            k.insert(key.to_owned(), Entry::Str(n.to_string()));
+            Reply::Int(n)
+        }
+        "PEXPIRE" => Reply::Int(i64::from(k.contains_key(arg(1)?))),
+        "HGET" | "HMGET" | "HSET" | "HINCRBY" => {
+            let key = arg(1)?;
+            let h = match k.entry(key.to_owned()).or_insert_with(|| Entry::Hash(BTreeMap::new())) {
+                Entry::Hash(h) => h,
+                _ => return Err(wrong()),
+            };
+            let reply = match name.as_str() {
+                "HGET" => h.get(arg(2)?).map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
+                "HMGET" => Reply::Array(
+                    w[2..].iter().map(|f| h.get(f).map_or(Reply::Nil, |v| Reply::Bulk(v.clone()))).collect(),
+                ),
+                "HSET" => {
+                    if w.len() < 4 || !w.len().is_multiple_of(2) {
+                        return Err("ERR wrong number of arguments for 'hset' command".to_owned());
+                    }
+                    let added = w[2..].chunks(2).filter(|p| h.insert(p[0].clone(), p[1].clone()).is_none()).count();
+                    Reply::Int(added as i64)
+                }
+                _ => {
+                    let by = int(arg(3)?, "increment")?;
+                    let n = h.get(arg(2)?).map_or(Ok(0), |v| int(v, "hash value"))? + by;
+                    h.insert(arg(2)?.to_owned(), n.to_string());
+                    Reply::Int(n)
+                }
+            };
+            if matches!(k.get(key), Some(Entry::Hash(h)) if h.is_empty()) {
+                k.remove(key);
+            }
+            reply
+        }
+        "SADD" | "SREM" | "SMEMBERS" => {
+            let key = arg(1)?;
+            let s = match k.entry(key.to_owned()).or_insert_with(|| Entry::Set(BTreeSet::new())) {
+                Entry::Set(s) => s,
+                _ => return Err(wrong()),
+            };
+            let reply = match name.as_str() {
+                "SADD" => Reply::Int(w[2..].iter().filter(|m| s.insert((*m).clone())).count() as i64),
+                "SREM" => Reply::Int(w[2..].iter().filter(|m| s.remove(m.as_str())).count() as i64),
+                _ => Reply::Array(s.iter().map(|m| Reply::Bulk(m.clone())).collect()),
+            };
+            if matches!(k.get(key), Some(Entry::Set(s)) if s.is_empty()) {
+                k.remove(key);
+            }
+            reply
+        }
+        other => {
+            return Err(format!(
+                "ERR unknown command '{other}' (the simulation's store answers only what Ferroute's scripts call)"
+            ));
+        }
+    })
+}
+
+/// A reply as Lua sees it (Redis's conversion: nil → false, status → `{ok = …}`).
+fn to_lua(lua: &Lua, r: Reply) -> mlua::Result<Value> {
+    Ok(match r {
+        Reply::Nil => Value::Boolean(false),
+        Reply::Int(i) => Value::Number(i as f64),
+        Reply::Bulk(s) => Value::String(lua.create_string(&s)?),
+        Reply::Status(s) => {
+            let t = lua.create_table()?;
+            t.set("ok", s)?;
+            Value::Table(t)
+        }
+        Reply::Array(items) => {
+            let t = lua.create_table()?;
+            for (i, item) in items.into_iter().enumerate() {
+                t.raw_set(i + 1, to_lua(lua, item)?)?;
+            }
+            Value::Table(t)
+        }
+    })
+}
+
+/// A script's result as a Redis reply: words, numbers as integers, false as absent; an array
+/// ends at its first nil, as in Redis. `Err` for an error reply.
+fn from_lua(v: Value) -> Result<Vec<Option<String>>, String> {
+    let Value::Table(t) = v else { return Err(format!("the script returned a {}, not an array", v.type_name())) };
+    if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
+        return Err(e.to_str().map_err(|e| e.to_string())?.to_owned());
+    }
+    let mut out = Vec::new();
+    for i in 1.. {
+        match t.raw_get::<Value>(i).map_err(|e| e.to_string())? {
+            Value::Nil => break,
+            Value::Boolean(false) => out.push(None),
+            Value::String(s) => out.push(Some(s.to_str().map_err(|e| e.to_string())?.to_owned())),
+            Value::Integer(n) => out.push(Some(n.to_string())),
+            Value::Number(n) => out.push(Some(format!("{:.0}", n.trunc()))),
+            other => return Err(format!("the script returned a {} inside its reply", other.type_name())),
+        }
+    }
+    Ok(out)
+}
+
+/// The two scripts, loaded once, over one keyspace.
+pub struct Scripts {
+    lua: Lua,
+    lease: Function,
+    tokens: Function,
+}
+
+impl std::fmt::Debug for Scripts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scripts").finish_non_exhaustive()
+    }
+}
+
+impl Scripts {
+    /// An empty keyspace with Ferroute's scripts loaded.
+    pub fn new() -> Result<Scripts, String> {
+        let lua = Lua::new();
+        let store: Keys = Arc::default();
+        let setup = || -> mlua::Result<(Function, Function)> {
+            let redis = lua.create_table()?;
+            let k = Arc::clone(&store);
+            let call = lua.create_function(move |lua, args: MultiValue| {
+                let w = words(args).map_err(mlua::Error::RuntimeError)?;
+                let reply = command(&mut keys(&k), &w).map_err(mlua::Error::RuntimeError)?;
+                to_lua(lua, reply)
+            })?;
+            redis.set("call", call)?;
+            let error_reply = lua.create_function(|lua, msg: String| {
+                let t = lua.create_table()?;
+                t.set("err", msg)?;
+                Ok(t)
+            })?;
+            redis.set("error_reply", error_reply)?;
+            lua.globals().set("redis", redis)?;
+            Ok((
+                lua.load(LEASE).set_name("lease_redis.lua").into_function()?,
+                lua.load(TOKENS).set_name("oauth_redis.lua").into_function()?,
+            ))
+        };
+        let (lease, tokens) = setup().map_err(|e| e.to_string())?;
+        Ok(Scripts { lua, lease, tokens })
+    }
+
+    fn run(&self, script: &Function, argv: Vec<String>) -> Result<Vec<Option<String>>, String> {
+        let set = || -> mlua::Result<Value> {
+            self.lua.globals().set("ARGV", self.lua.create_sequence_from(argv)?)?;
+            script.call::<Value>(())
+        };
+        from_lua(set().map_err(|e| e.to_string())?)
+    }
+
+    /// Lease operation `op` at `now` (Unix ms) with its arguments, as `lease_redis.lua`.
+    pub fn lease(&self, op: &str, now: u64, args: &[String]) -> Result<Vec<Option<String>>, String> {
+        let mut argv = vec![op.to_owned(), PREFIX.to_owned(), now.to_string(), RETAIN_MS.to_string()];
+        argv.extend_from_slice(args);
+        self.run(&self.lease, argv)
+    }
+
+    /// Token operation `op` on `connection` at `now`, as `oauth_redis.lua`.
+    pub fn tokens(&self, op: &str, now: u64, connection: &str, args: &[String]) -> Result<Vec<Option<String>>, String> {
+        let mut argv = vec![op.to_owned(), PREFIX.to_owned(), now.to_string(), connection.to_owned()];
+        argv.extend_from_slice(args);
+        self.run(&self.tokens, argv)
+    }
+}
