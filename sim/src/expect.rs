@@ -114,8 +114,15 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
     // Every request got exactly one response, but one that a partition or a gateway restart cut
     // off, which the client sees as an expected abort.
     let issued: Vec<((String, u64), Option<u64>)> = s.rec.issued.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    // Responses per request, counted once (a scan per request is quadratic in long runs).
+    let mut answered: std::collections::BTreeMap<(&str, u64), usize> = std::collections::BTreeMap::new();
+    for o in &s.rec.outcomes {
+        *answered.entry((o.client.as_str(), o.seq)).or_default() += 1;
+    }
+    let answered: std::collections::BTreeMap<(String, u64), usize> =
+        answered.into_iter().map(|((c, q), n)| ((c.to_owned(), q), n)).collect();
     for ((c, q), sent) in issued {
-        let n = s.rec.outcomes.iter().filter(|o| o.client == c && o.seq == q).count();
+        let n = answered.get(&(c.clone(), q)).copied().unwrap_or(0);
         if let (0, Some(sent)) = (n, sent)
             && let Some(why) = s.cut_off(&c, sent, t)
         {
