@@ -118,6 +118,8 @@ pub struct Recorder {
     views: BTreeMap<String, View>,
     /// The replica `view` belongs to (empty: the gateway of a run without replicas).
     host: String,
+    /// How often each state machine transition was reached ([`crate::coverage`]).
+    pub coverage: BTreeMap<String, u64>,
 }
 
 impl Recorder {
@@ -145,6 +147,9 @@ impl Recorder {
 
     /// Feeds one gateway observation at `at` (sim ms); `ms_of` converts core instants.
     pub fn observe(&mut self, at: u64, what: &Observed<'_>, ms_of: &dyn Fn(std::time::Instant) -> u64) {
+        if let Some(t) = crate::coverage::label(what) {
+            *self.coverage.entry(t).or_default() += 1;
+        }
         match what {
             Observed::Dispatch { provider, connection, model, request, round, resend } => {
                 let again = if *resend { " again (same attempt)" } else { "" };

@@ -6,6 +6,7 @@
 
 pub mod check;
 mod client;
+pub mod coverage;
 mod expect;
 mod faults;
 pub mod net;

@@ -144,6 +144,7 @@ fn main() -> anyhow::Result<()> {
             };
             let pb = bar(seeds * list.len() as u64);
             let mut failures = Vec::new();
+            let mut reached: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
             for s in &list {
                 pb.set_message(s.name.clone());
                 for seed in start..start + seeds {
@@ -152,11 +153,18 @@ fn main() -> anyhow::Result<()> {
                         say(&pb, report::failure(&r));
                         failures.push(r.replay_command());
                     }
+                    for t in r.coverage.into_keys() {
+                        *reached.entry(t).or_default() += 1;
+                    }
                     pb.inc(1);
                 }
             }
             pb.finish();
-            println!("{} runs, {} failed", seeds * list.len() as u64, failures.len());
+            let runs = seeds * list.len() as u64;
+            if list.len() > 1 {
+                print!("{}", sim::coverage::table(&reached, runs));
+            }
+            println!("{runs} runs, {} failed", failures.len());
             if !failures.is_empty() {
                 std::process::exit(1);
             }
@@ -168,15 +176,20 @@ fn main() -> anyhow::Result<()> {
             }
             let pb = bar(seeds);
             let mut failed = 0;
+            let mut reached: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
             for seed in start..start + seeds {
                 let r = sim::run(&swarm::generate(seed), seed);
                 if !r.passed() {
                     failed += 1;
                     say(&pb, report::failure(&r));
                 }
+                for t in r.coverage.into_keys() {
+                    *reached.entry(t).or_default() += 1;
+                }
                 pb.inc(1);
             }
             pb.finish();
+            print!("{}", sim::coverage::table(&reached, seeds));
             println!("{seeds} swarm seeds, {failed} failed");
             if failed > 0 {
                 std::process::exit(1);

@@ -47,6 +47,8 @@ pub struct RunResult {
     pub wall: Duration,
     /// Timeline spans.
     pub spans: Vec<crate::check::Span>,
+    /// The state machine transitions reached, with how often.
+    pub coverage: std::collections::BTreeMap<String, u64>,
 }
 
 impl RunResult {

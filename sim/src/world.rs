@@ -382,6 +382,7 @@ fn finish(
         simulated,
         wall,
         spans: rec.spans,
+        coverage: rec.coverage,
     }
 }
 
