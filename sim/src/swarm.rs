@@ -343,13 +343,6 @@ fn oauth_accounts(
         workload.push(w);
         responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
     }
-    for replica in replicas {
-        let client = format!("live-oauth-{replica}");
-        let mut w = steady(&client, "po/m".into(), 1_000, count, stream, ro.random_bool(0.5));
-        w.gateway = Some(replica.clone());
-        workload.push(w);
-        responses.push(ResponseExpect { client, seq: count - 1, status: Some(200), ..Default::default() });
-    }
     for id in &accounts {
         states.push(StateExpect {
             at_ms: check_at,

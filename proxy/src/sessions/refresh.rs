@@ -9,7 +9,7 @@
 
 use crate::config::OAuthConfig;
 use crate::sessions::accounts::Ticket;
-use crate::sessions::refresh_outcome::{refreshed, refused, retry};
+use crate::sessions::refresh_outcome::{next_tokens, refreshed, refused, retry};
 use crate::sessions::token_endpoint::{Reply, ask};
 use crate::state::gateway::Gateway;
 use ferroute_core::oauth::{Answer, Begin, Why};
@@ -67,8 +67,7 @@ async fn make<C: Connect + Clone + Send + Sync + 'static>(
     let now = gw.clock.wall_now_ms();
     match reply {
         Reply::Tokens { access, refresh, lifetime } => {
-            let refresh = refresh.unwrap_or_else(|| ticket.refresh_token.clone());
-            let Some(tokens) = gw.accounts.next_tokens(connection, access, refresh, lifetime, now) else {
+            let Some(tokens) = next_tokens(gw, connection, ticket, access, refresh, lifetime, now) else {
                 return false;
             };
             // Stored before any request sends them: a restart must not present the refresh

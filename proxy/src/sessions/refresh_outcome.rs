@@ -1,6 +1,8 @@
 //! What a refresh that ended does to the rest of the gateway, however it was made (alone, or
 //! through the store replicas share): the metric, the log line, and the connection's state.
 
+use crate::sessions::accounts::Ticket;
+use crate::sessions::token_store::StoredTokens;
 use crate::state::gateway::{Gateway, Observed};
 use ferroute_core::engine::OutcomeKind;
 use ferroute_core::oauth::Lifetime;
@@ -10,6 +12,21 @@ use hyper_util::client::legacy::connect::Connect;
 pub fn observe<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str, what: &'static str) {
     let generation = gw.accounts.credential(connection).map_or(0, |c| c.generation);
     gw.observe(gw.clock.now(), Observed::Tokens { connection, what, generation });
+}
+
+/// The tokens to store after the token endpoint answered `ticket`'s refresh of `connection`
+/// (the refresh token kept when the endpoint did not rotate it).
+pub fn next_tokens<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    connection: &str,
+    ticket: &Ticket,
+    access: String,
+    refresh: Option<String>,
+    lifetime: Lifetime,
+    now_ms: u64,
+) -> Option<StoredTokens> {
+    let refresh = refresh.unwrap_or_else(|| ticket.refresh_token.clone());
+    gw.accounts.next_tokens(connection, access, refresh, lifetime, now_ms)
 }
 
 /// New tokens with `lifetime` are in use (`taken`; else a newer sign-in overtook them): a

@@ -14,7 +14,7 @@ use crate::config::OAuthConfig;
 use crate::replicas::link::Replicas;
 use crate::replicas::shared_tokens::{Claim, Row, SharedTokens};
 use crate::sessions::accounts::Ticket;
-use crate::sessions::refresh_outcome::{observe, refreshed, refused, retry};
+use crate::sessions::refresh_outcome::{next_tokens, observe, refreshed, refused, retry};
 use crate::sessions::token_endpoint::{Reply, TOKEN_TIMEOUT, ask};
 use crate::sessions::token_store::{StoredTokens, open_blob, seal_blob};
 use crate::state::gateway::Gateway;
@@ -200,8 +200,7 @@ async fn present<C: Connect + Clone + Send + Sync + 'static>(
     let now = gw.clock.wall_now_ms();
     match reply {
         Reply::Tokens { access, refresh, lifetime } => {
-            let refresh = refresh.unwrap_or_else(|| ticket.refresh_token.clone());
-            let Some(tokens) = gw.accounts.next_tokens(connection, access, refresh, lifetime, now) else {
+            let Some(tokens) = next_tokens(gw, connection, ticket, access, refresh, lifetime, now) else {
                 return false;
             };
             let row = match seal_blob(gw.accounts.sealer(), connection, &tokens) {
