@@ -151,6 +151,24 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Runs `script` with ARGV `head` then `args` (both scripts take the operation, the prefix
+    /// and the time first, then one more common argument).
+    async fn invoke(
+        &self,
+        script: &redis::Script,
+        head: [String; 4],
+        args: Vec<String>,
+    ) -> Result<LeaseReply, StoreError> {
+        let mut conn = self.connection().await?;
+        let mut inv = script.prepare_invoke();
+        for a in head.iter().chain(&args) {
+            inv.arg(a);
+        }
+        Ok(inv.invoke_async(&mut conn).await?)
+    }
+}
+
 impl SharedStore for RedisStore {
     fn apply(&self, ops: Vec<StoreOp>) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
@@ -206,15 +224,8 @@ impl SharedStore for RedisStore {
         retain: Duration,
         args: Vec<String>,
     ) -> BoxFuture<'_, Result<LeaseReply, StoreError>> {
-        Box::pin(async move {
-            let mut conn = self.connection().await?;
-            let mut inv = self.script.prepare_invoke();
-            inv.arg(op).arg(&self.prefix).arg(now_ms).arg(u64::try_from(retain.as_millis()).unwrap_or(u64::MAX));
-            for a in &args {
-                inv.arg(a);
-            }
-            Ok(inv.invoke_async(&mut conn).await?)
-        })
+        let retain = u64::try_from(retain.as_millis()).unwrap_or(u64::MAX).to_string();
+        Box::pin(self.invoke(&self.script, [op.to_owned(), self.prefix.clone(), now_ms.to_string(), retain], args))
     }
 
     fn tokens(
@@ -224,15 +235,7 @@ impl SharedStore for RedisStore {
         connection: &str,
         args: Vec<String>,
     ) -> BoxFuture<'_, Result<LeaseReply, StoreError>> {
-        let connection = connection.to_owned();
-        Box::pin(async move {
-            let mut conn = self.connection().await?;
-            let mut inv = self.tokens.prepare_invoke();
-            inv.arg(op).arg(&self.prefix).arg(now_ms).arg(&connection);
-            for a in &args {
-                inv.arg(a);
-            }
-            Ok(inv.invoke_async(&mut conn).await?)
-        })
+        let head = [op.to_owned(), self.prefix.clone(), now_ms.to_string(), connection.to_owned()];
+        Box::pin(self.invoke(&self.tokens, head, args))
     }
 }
