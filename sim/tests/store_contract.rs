@@ -4,6 +4,8 @@
 //! Redis is a real `redis-server` (`chaos::redis`); the store host runs on a loopback port;
 //! every case uses its own key prefix or its own store host, so cases never see each other.
 
+mod stores;
+
 use chaos::redis::Redis;
 use ferroute_core::session::lease::{Lease, LeaseState};
 use futures_util::StreamExt;
@@ -14,44 +16,16 @@ use proxy::sessions::lease_shared::SharedLeases;
 use proxy::sessions::lease_store::{Acquired, NoCapacity};
 use proxy::sessions::leases::LeaseBackend;
 use proxy::state::store::Store;
-use scenarios::store::{StoreHost, serve_store};
-use sim::store::{Io, StoreClient};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-fn redis_store(redis: &Redis, prefix: &str) -> Arc<dyn SharedStore> {
-    Arc::new(RedisStore::new(redis::Client::open(redis.url()).expect("url"), prefix))
-}
-
-/// A fresh store host on a loopback port, and a client of it (call inside a runtime).
-async fn sim_store() -> Arc<dyn SharedStore> {
-    sim_clients(1).await.remove(0)
-}
-
-/// A fresh store host on a loopback port, and `n` clients of it (call inside a runtime).
-async fn sim_clients(n: usize) -> Vec<Arc<dyn SharedStore>> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(serve_store(listener, StoreHost::new()));
-    (0..n)
-        .map(|_| -> Arc<dyn SharedStore> {
-            Arc::new(StoreClient::new(Arc::new(move || {
-                Box::pin(async move { Ok(Box::new(tokio::net::TcpStream::connect(addr).await?) as Box<dyn Io>) })
-            })))
-        })
-        .collect()
-}
+use stores::{redis_store, runtime, sim_clients, sim_store};
 
 const TTL: Duration = Duration::from_secs(120);
 
 fn conns(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("c{i}")).collect()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
 }
 
 fn granted(a: Acquired) -> Lease {

@@ -4,35 +4,18 @@
 //! a command the store host answers unlike Redis fails here. Redis is a real `redis-server`
 //! (`chaos::redis`); each case uses its own key prefix and its own store host.
 
+mod stores;
+
 use chaos::redis::Redis;
 use ferroute_core::oauth::Lifetime;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use proxy::replicas::shared_store::{RedisStore, SharedStore};
+use proxy::replicas::shared_store::SharedStore;
 use proxy::replicas::shared_tokens::{Claim, Row, SharedTokens};
-use scenarios::store::{StoreHost, serve_store};
-use sim::store::{Io, StoreClient};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-fn redis_store(redis: &Redis, prefix: &str) -> Arc<dyn SharedStore> {
-    Arc::new(RedisStore::new(redis::Client::open(redis.url()).expect("url"), prefix))
-}
-
-/// A fresh store host on a loopback port, and a client of it (call inside a runtime).
-async fn sim_store() -> Arc<dyn SharedStore> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(serve_store(listener, StoreHost::new()));
-    Arc::new(StoreClient::new(Arc::new(move || {
-        Box::pin(async move { Ok(Box::new(tokio::net::TcpStream::connect(addr).await?) as Box<dyn Io>) })
-    })))
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
-}
+use stores::{redis_store, runtime, sim_clients, sim_store};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -216,18 +199,7 @@ fn forty_concurrent_claims_through_two_clients_grant_one() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let Some(redis) = rt.block_on(Redis::start()) else { return };
     let on_redis: Vec<Arc<dyn SharedStore>> = (0..2).map(|_| redis_store(&redis, "tokens-forty")).collect();
-    let on_host = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(serve_store(listener, StoreHost::new()));
-        (0..2)
-            .map(|_| -> Arc<dyn SharedStore> {
-                Arc::new(StoreClient::new(Arc::new(move || {
-                    Box::pin(async move { Ok(Box::new(tokio::net::TcpStream::connect(addr).await?) as Box<dyn Io>) })
-                })))
-            })
-            .collect::<Vec<_>>()
-    });
+    let on_host = rt.block_on(sim_clients(2));
     for (store, clients) in [("redis", on_redis), ("the store host", on_host)] {
         let replicas: Vec<SharedTokens> = clients.into_iter().map(SharedTokens::new).collect();
         rt.block_on(replicas[0].seed("c1", 0, &row(0, "o1", 600_000))).expect("seed");
