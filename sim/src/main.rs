@@ -108,6 +108,72 @@ fn say(pb: &ProgressBar, text: String) {
     }
 }
 
+/// What many runs add up to: the failed runs' replay commands, and how many runs reached each
+/// state machine transition.
+#[derive(Default)]
+struct Tally {
+    failures: Vec<String>,
+    reached: std::collections::BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn add(&mut self, pb: &ProgressBar, r: sim::shared::RunResult) {
+        if !r.passed() {
+            say(pb, report::failure(&r));
+            self.failures.push(r.replay_command());
+        }
+        for t in r.coverage.into_keys() {
+            *self.reached.entry(t).or_default() += 1;
+        }
+        pb.inc(1);
+    }
+}
+
+/// `sim sweep`: the named scenario, or the whole catalog, over `seeds` seeds from `start`.
+fn sweep(scenario: Option<String>, seeds: u64, start: u64) -> anyhow::Result<()> {
+    let list = match scenario {
+        Some(name) => vec![find(&name)?],
+        None => load_catalog(&catalog_dir())?,
+    };
+    let runs = seeds * list.len() as u64;
+    let pb = bar(runs);
+    let mut tally = Tally::default();
+    for s in &list {
+        pb.set_message(s.name.clone());
+        for seed in start..start + seeds {
+            tally.add(&pb, sim::run(s, seed));
+        }
+    }
+    pb.finish();
+    if list.len() > 1 {
+        print!("{}", sim::coverage::table(&tally.reached, runs));
+    }
+    println!("{runs} runs, {} failed", tally.failures.len());
+    if !tally.failures.is_empty() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `sim swarm`: `seeds` generated scenarios from `start` (or the first one's TOML, `print`).
+fn swarm_seeds(seeds: u64, start: u64, print: bool) {
+    if print {
+        print!("{}", swarm::to_toml(&swarm::generate(start)));
+        return;
+    }
+    let pb = bar(seeds);
+    let mut tally = Tally::default();
+    for seed in start..start + seeds {
+        tally.add(&pb, sim::run(&swarm::generate(seed), seed));
+    }
+    pb.finish();
+    print!("{}", sim::coverage::table(&tally.reached, seeds));
+    println!("{seeds} swarm seeds, {} failed", tally.failures.len());
+    if !tally.failures.is_empty() {
+        std::process::exit(1);
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -137,64 +203,8 @@ fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
-        Command::Sweep { scenario, seeds, start } => {
-            let list = match scenario {
-                Some(name) => vec![find(&name)?],
-                None => load_catalog(&catalog_dir())?,
-            };
-            let pb = bar(seeds * list.len() as u64);
-            let mut failures = Vec::new();
-            let mut reached: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-            for s in &list {
-                pb.set_message(s.name.clone());
-                for seed in start..start + seeds {
-                    let r = sim::run(s, seed);
-                    if !r.passed() {
-                        say(&pb, report::failure(&r));
-                        failures.push(r.replay_command());
-                    }
-                    for t in r.coverage.into_keys() {
-                        *reached.entry(t).or_default() += 1;
-                    }
-                    pb.inc(1);
-                }
-            }
-            pb.finish();
-            let runs = seeds * list.len() as u64;
-            if list.len() > 1 {
-                print!("{}", sim::coverage::table(&reached, runs));
-            }
-            println!("{runs} runs, {} failed", failures.len());
-            if !failures.is_empty() {
-                std::process::exit(1);
-            }
-        }
-        Command::Swarm { seeds, start, print } => {
-            if print {
-                print!("{}", swarm::to_toml(&swarm::generate(start)));
-                return Ok(());
-            }
-            let pb = bar(seeds);
-            let mut failed = 0;
-            let mut reached: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-            for seed in start..start + seeds {
-                let r = sim::run(&swarm::generate(seed), seed);
-                if !r.passed() {
-                    failed += 1;
-                    say(&pb, report::failure(&r));
-                }
-                for t in r.coverage.into_keys() {
-                    *reached.entry(t).or_default() += 1;
-                }
-                pb.inc(1);
-            }
-            pb.finish();
-            print!("{}", sim::coverage::table(&reached, seeds));
-            println!("{seeds} swarm seeds, {failed} failed");
-            if failed > 0 {
-                std::process::exit(1);
-            }
-        }
+        Command::Sweep { scenario, seeds, start } => sweep(scenario, seeds, start)?,
+        Command::Swarm { seeds, start, print } => swarm_seeds(seeds, start, print),
         Command::Svg { scenario, seed, out } => {
             let r = sim::run(&find(&scenario)?, seed);
             std::fs::write(&out, svg::render(&r)).with_context(|| format!("cannot write {}", out.display()))?;
