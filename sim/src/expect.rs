@@ -106,13 +106,9 @@ pub(crate) fn check_state(shared: &Arc<Mutex<Shared>>, e: &scenarios::scenario::
     }
 }
 
-pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
-    let mut s = lock(shared);
-    if !s.rec.violations.is_empty() {
-        return;
-    }
-    // Every request got exactly one response, but one that a partition or a gateway restart cut
-    // off, which the client sees as an expected abort.
+/// Every request got exactly one response, but one that a partition or a gateway restart cut
+/// off, which the client sees as an expected abort (recorded here as lost).
+fn every_request_answered_once(s: &mut Shared, t: u64) {
     let issued: Vec<((String, u64), Option<u64>)> = s.rec.issued.iter().map(|(k, v)| (k.clone(), *v)).collect();
     // Responses per request, counted once (a scan per request is quadratic in long runs).
     let mut answered: std::collections::BTreeMap<(&str, u64), usize> = std::collections::BTreeMap::new();
@@ -135,6 +131,14 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
             s.rec.violate(t, format!("request {c}#{q} got {n} responses (expected exactly one)"));
         }
     }
+}
+
+pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
+    let mut s = lock(shared);
+    if !s.rec.violations.is_empty() {
+        return;
+    }
+    every_request_answered_once(&mut s, t);
     // Every permit returned, every attempt recorded: nothing counts as in flight, no probe slot
     // is held.
     let mut leaks: Vec<String> = Vec::new();
