@@ -38,13 +38,36 @@ pub fn refreshed<C: Connect + Clone + Send + Sync + 'static>(
     taken: bool,
 ) {
     observe(gw, connection, "refreshed");
-    let at = gw.clock.now();
-    if taken && gw.with_engine(|e| e.renew_connection(at, connection)) {
-        tracing::info!(connection, "OAuth tokens refreshed: the expired connection serves again");
-        gw.settle();
+    if taken {
+        serves_again(gw, connection);
     }
     gw.metrics.oauth_refresh(connection, "refreshed");
     tracing::info!(connection, expires_at_ms = lifetime.expires_at_ms, "OAuth tokens refreshed");
+}
+
+/// Tokens another replica stored (generation `generation`) are in use here; with `renew`, a
+/// connection a refused token ended serves again.
+pub fn taken<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    connection: &str,
+    generation: u64,
+    renew: bool,
+) {
+    observe(gw, connection, "taken");
+    tracing::info!(connection, generation, "took the OAuth tokens another replica stored");
+    if renew {
+        serves_again(gw, connection);
+    }
+}
+
+/// New credentials end the connection's `expired` state (never a ban, a cooldown or exhausted
+/// credits).
+fn serves_again<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str) {
+    let at = gw.clock.now();
+    if gw.with_engine(|e| e.renew_connection(at, connection)) {
+        tracing::info!(connection, "new OAuth tokens: the expired connection serves again");
+        gw.settle();
+    }
 }
 
 /// The refresh got no answer about the refresh token (`why`): the account tries again later.

@@ -14,7 +14,7 @@ use crate::config::OAuthConfig;
 use crate::replicas::link::Replicas;
 use crate::replicas::shared_tokens::{Claim, Row, SharedTokens};
 use crate::sessions::accounts::Ticket;
-use crate::sessions::refresh_outcome::{next_tokens, observe, refreshed, refused, retry};
+use crate::sessions::refresh_outcome::{next_tokens, observe, refreshed, refused, retry, taken};
 use crate::sessions::token_endpoint::{Reply, TOKEN_TIMEOUT, ask};
 use crate::sessions::token_store::{StoredTokens, open_blob, seal_blob};
 use crate::state::gateway::Gateway;
@@ -93,12 +93,7 @@ pub async fn seed<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, s
         }
         let Some(t) = tokens_of(gw, &connection, &stored) else { continue };
         if gw.accounts.take(&connection, &t, gw.store.as_deref(), now) {
-            tracing::info!(connection, generation = t.generation, "took the OAuth tokens another replica stored");
-            observe(gw, &connection, "taken");
-            let at = gw.clock.now();
-            if !stored.refused && gw.with_engine(|e| e.renew_connection(at, &connection)) {
-                gw.settle();
-            }
+            taken(gw, &connection, t.generation, !stored.refused);
         }
     }
 }
@@ -141,20 +136,9 @@ pub async fn make<C: Connect + Clone + Send + Sync + 'static>(
             Ok(Claim::Newer(row)) => {
                 let Some(t) = tokens_of(gw, connection, &row) else { return defer(now.saturating_add(ms(DEFER))) };
                 let answer = Answer::Taken { lifetime: t.lifetime, generation: t.generation };
-                let taken = gw.accounts.finish(connection, ticket, answer, Some((&t, gw.store.as_deref())), now);
-                tracing::info!(
-                    connection,
-                    generation = t.generation,
-                    "took the OAuth tokens another replica refreshed"
-                );
-                observe(gw, connection, "taken");
-                if taken {
-                    let at = gw.clock.now();
-                    if gw.with_engine(|e| e.renew_connection(at, connection)) {
-                        gw.settle();
-                    }
-                }
-                return taken;
+                let used = gw.accounts.finish(connection, ticket, answer, Some((&t, gw.store.as_deref())), now);
+                taken(gw, connection, t.generation, used);
+                return used;
             }
             Ok(Claim::Refused) => {
                 gw.accounts.finish(connection, ticket, Answer::InvalidGrant, None, now);
