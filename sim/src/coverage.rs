@@ -98,3 +98,22 @@ pub fn table(seen: &BTreeMap<String, u64>, runs: u64) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_counts_runs_per_transition_and_names_each_expected_one_never_reached() {
+        let mut seen: BTreeMap<String, u64> = EXPECTED.iter().map(|e| ((*e).to_owned(), 1)).collect();
+        seen.insert("breaker Open -> Closed (manual reset)".into(), 3);
+        let all = table(&seen, 4);
+        assert!(all.starts_with("transitions reached over 4 runs"), "{all}");
+        assert!(all.contains("       3  breaker Open -> Closed (manual reset)\n"), "{all}");
+        assert!(all.ends_with("every expected transition was reached\n"), "{all}");
+        seen.remove("model lockout");
+        let missing = table(&seen, 4);
+        assert!(missing.ends_with("  never   model lockout\n"), "{missing}");
+        assert!(!missing.contains("every expected"), "{missing}");
+    }
+}
