@@ -284,19 +284,32 @@ impl ModelLockouts {
     }
 
     /// A healthy response: halve every failure count for this model; a count reaching 0
-    /// removes its lockout.
-    pub fn decay(&mut self, provider: &str, connection: &str, model: &str, family: Option<&str>) {
-        let Some(bucket) = self.locks.get_mut(connection) else { return };
+    /// removes its lockout. Returns the models whose lockouts (still running at `now`) it
+    /// ended, as they were announced.
+    pub fn decay(
+        &mut self,
+        now: Instant,
+        provider: &str,
+        connection: &str,
+        model: &str,
+        family: Option<&str>,
+    ) -> Vec<String> {
+        let mut ended = Vec::new();
+        let Some(bucket) = self.locks.get_mut(connection) else { return ended };
         bucket.retain_mut(|l| {
             if !l.covers(provider, model, family) {
                 return true;
             }
             l.failure_count /= 2;
+            if l.failure_count == 0 && now < l.until {
+                ended.push(l.model.clone());
+            }
             l.failure_count > 0
         });
         if bucket.is_empty() {
             self.locks.remove(connection);
         }
+        ended
     }
 
     /// Removes the locks of one model on one connection; returns how many there were.

@@ -72,12 +72,12 @@ fn escalation_and_decay() {
     let t = now + Duration::from_millis(1_100);
     assert_eq!(l.record_failure(t, &c, &req("m", 502, None)), Duration::from_secs(2));
     assert_eq!(l.list(t)[0].failure_count, 2);
-    l.decay("codex", "c1", "m", None);
+    assert!(l.decay(t, "codex", "c1", "m", None).is_empty(), "a count of 1 left ends nothing");
     assert_eq!(l.list(t)[0].failure_count, 1);
-    l.decay("codex", "c1", "m", None);
+    assert_eq!(l.decay(t, "codex", "c1", "m", None), vec!["m".to_owned()], "the ended lockout is named");
     assert!(l.remaining(t, "codex", "c1", "m", None).is_none(), "the lockout disappears when decay reaches 0");
     assert!(l.list(t).is_empty());
-    l.decay("codex", "c1", "m", None);
+    assert!(l.decay(t, "codex", "c1", "m", None).is_empty());
     assert!(l.list(t).is_empty());
 }
 
@@ -164,7 +164,7 @@ mod props {
                         let model = models[m as usize];
                         let keys = [("fam", LockScope::QuotaFamily), (model, LockScope::QuotaFamily), (model, LockScope::Exact)];
                         let before: Vec<Option<u32>> = keys.iter().map(|(s, sc)| l.count_of("codex", "c1", s, *sc)).collect();
-                        l.decay("codex", "c1", model, Some("fam"));
+                        l.decay(now, "codex", "c1", model, Some("fam"));
                         // Each lock stays exactly while its halved count is above 0.
                         for ((s, sc), b) in keys.iter().zip(before) {
                             prop_assert_eq!(l.count_of("codex", "c1", s, *sc), b.map(|c| c / 2).filter(|c| *c > 0));

@@ -396,6 +396,17 @@ impl Recorder {
                     note: String::new(),
                 });
             }
+            Event::LockoutDecayed { provider, connection, model } => {
+                self.gw_note(at, format!("lockout {provider}/{model} on {connection} ended by successes"));
+                let key = (provider.to_string(), connection.to_string(), model.to_string());
+                self.view.locked_until.remove(&key);
+                let lane = self.lane(format!("lock:{provider}/{connection}/{model}"));
+                for span in self.spans.iter_mut().filter(|s| s.state == "locked" && s.lane == lane) {
+                    if span.to_ms.is_none_or(|t| t > at) {
+                        span.to_ms = Some(at);
+                    }
+                }
+            }
             Event::LockoutsCleared { provider, connection, model, removed } => {
                 let named = |v: &Option<std::sync::Arc<str>>| v.as_deref().unwrap_or("*").to_owned();
                 let (p, c, m) = (named(provider), named(connection), named(model));

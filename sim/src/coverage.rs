@@ -41,6 +41,7 @@ pub(crate) fn label(what: &Observed<'_>) -> Option<String> {
             }
         }
         Observed::Core(Event::Lockout { .. }) => "model lockout".to_owned(),
+        Observed::Core(Event::LockoutDecayed { .. }) => "model lockout ended by successes".to_owned(),
         Observed::Core(Event::LockoutsCleared { .. }) => "model lockouts cleared".to_owned(),
         Observed::Tokens { what, .. } => format!("oauth {what}"),
         Observed::Peers { .. } => "replica applies others' changes".to_owned(),
@@ -68,6 +69,7 @@ pub const EXPECTED: &[&str] = &[
     "connection terminal (expired)",
     "connection recovered",
     "model lockout",
+    "model lockout ended by successes",
     "model lockouts cleared",
     "pin set",
     "pin dropped",

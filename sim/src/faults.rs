@@ -27,7 +27,8 @@ pub(crate) fn reload(shared: &Arc<Mutex<Shared>>, f: &scenarios::scenario::Fault
         s.rec.note(t, "config reload: the gateway is not running".into());
         return;
     }
-    s.next_config.clone_from(&f.gateway);
+    let text = f.gateway.as_ref().map(|g| s.sign_ins.iter().fold(g.clone(), |t, (p, table)| t.replace(p, table)));
+    s.next_config = text;
     s.reload.notify_one();
 }
 

@@ -52,6 +52,12 @@ enum Command {
         /// Print the generated scenario of the first seed as TOML and exit.
         #[arg(long)]
         print: bool,
+        /// Give every seed its own focus instead of steering toward transitions not yet reached.
+        #[arg(long)]
+        no_steer: bool,
+        /// Fail unless every expected transition was reached (the nightly run's goal).
+        #[arg(long)]
+        require_coverage: bool,
     },
     /// Write an SVG timeline of breaker, cooldown and lockout states for one run.
     Svg {
@@ -69,8 +75,8 @@ enum Command {
 }
 
 fn find(name: &str) -> anyhow::Result<Scenario> {
-    if let Some(seed) = name.strip_prefix("swarm-") {
-        return Ok(swarm::generate(seed.parse().context("swarm-N needs a number")?));
+    if name.starts_with("swarm-") {
+        return swarm::from_name(name).context("swarm-N or swarm-N-FOCUS, FOCUS one of the swarm's foci");
     }
     if name == "bench-hour" {
         return Ok(sim::world::bench_scenario());
@@ -114,6 +120,9 @@ fn say(pb: &ProgressBar, text: String) {
 struct Tally {
     failures: Vec<String>,
     reached: std::collections::BTreeMap<String, u64>,
+    runs: u64,
+    /// The run after which every expected transition had been reached.
+    all_reached_after: Option<u64>,
 }
 
 impl Tally {
@@ -124,6 +133,10 @@ impl Tally {
         }
         for t in r.coverage.into_keys() {
             *self.reached.entry(t).or_default() += 1;
+        }
+        self.runs += 1;
+        if self.all_reached_after.is_none() && sim::coverage::EXPECTED.iter().all(|e| self.reached.contains_key(*e)) {
+            self.all_reached_after = Some(self.runs);
         }
         pb.inc(1);
     }
@@ -156,20 +169,34 @@ fn sweep(scenario: Option<String>, seeds: u64, start: u64) -> anyhow::Result<()>
 }
 
 /// `sim swarm`: `seeds` generated scenarios from `start` (or the first one's TOML, `print`).
-fn swarm_seeds(seeds: u64, start: u64, print: bool) {
+/// Each seed leans toward the focus [`swarm::steer`] picks for what the seeds before it left
+/// unreached (its own focus with `no_steer`, or once every aim is reached).
+fn swarm_seeds(seeds: u64, start: u64, print: bool, no_steer: bool, require_coverage: bool) {
     if print {
         print!("{}", swarm::to_toml(&swarm::generate(start)));
         return;
     }
     let pb = bar(seeds);
     let mut tally = Tally::default();
+    let mut tried = std::collections::BTreeMap::new();
     for seed in start..start + seeds {
-        tally.add(&pb, sim::run(&swarm::generate(seed), seed));
+        let focus = if no_steer { swarm::Focus::drawn(seed) } else { swarm::steer(&tally.reached, &tried, seed) };
+        *tried.entry(focus).or_insert(0u32) += 1;
+        tally.add(&pb, sim::run(&swarm::generate_with(seed, focus), seed));
     }
     pb.finish();
     print!("{}", sim::coverage::table(&tally.reached, seeds));
+    let foci: Vec<String> = tried.iter().map(|(f, n)| format!("{} {n}", f.name())).collect();
+    println!("seeds per focus: {}", foci.join(", "));
+    if let Some(n) = tally.all_reached_after {
+        println!("every expected transition reached within the first {n} seeds");
+    }
     println!("{seeds} swarm seeds, {} failed", tally.failures.len());
-    if !tally.failures.is_empty() {
+    let unreached = sim::coverage::EXPECTED.iter().filter(|e| !tally.reached.contains_key(**e)).count();
+    if require_coverage && unreached > 0 {
+        println!("{unreached} expected transitions never reached");
+    }
+    if !tally.failures.is_empty() || (require_coverage && unreached > 0) {
         std::process::exit(1);
     }
 }
@@ -204,7 +231,9 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Command::Sweep { scenario, seeds, start } => sweep(scenario, seeds, start)?,
-        Command::Swarm { seeds, start, print } => swarm_seeds(seeds, start, print),
+        Command::Swarm { seeds, start, print, no_steer, require_coverage } => {
+            swarm_seeds(seeds, start, print, no_steer, require_coverage)
+        }
         Command::Svg { scenario, seed, out } => {
             let r = sim::run(&find(&scenario)?, seed);
             std::fs::write(&out, svg::render(&r)).with_context(|| format!("cannot write {}", out.display()))?;

@@ -15,6 +15,9 @@ use std::time::Duration;
 pub(crate) struct Tokens {
     pub(crate) server: Arc<TokenServer>,
     spec: TokenServerSpec,
+    /// Each `{oauth:ID}` placeholder and the table it became: a reloaded config text gets the
+    /// same sign-ins (a reload does not sign anyone in again).
+    pub(crate) tables: Vec<(String, String)>,
 }
 
 impl Tokens {
@@ -43,15 +46,18 @@ pub(crate) fn prepare(scenario: &Scenario) -> Result<(Option<Tokens>, String), S
     );
     let url = format!("http://{TOKEN_HOST}:{TOKEN_PORT}/v1/oauth/token");
     let mut text = scenario.gateway.clone();
+    let mut tables = Vec::new();
     for id in &spec.accounts {
         let placeholder = format!("{{oauth:{id}}}");
         if !text.contains(&placeholder) {
             return Err(format!("token_server.accounts names {id:?}, but the gateway config has no {placeholder}"));
         }
         let grant = server.sign_in();
-        text = text.replace(&placeholder, &oauth_table(&grant, WALL_START_MS + spec.lifetime_ms, &url));
+        let table = oauth_table(&grant, WALL_START_MS + spec.lifetime_ms, &url);
+        text = text.replace(&placeholder, &table);
+        tables.push((placeholder, table));
     }
-    Ok((Some(Tokens { server, spec: spec.clone() }), text))
+    Ok((Some(Tokens { server, spec: spec.clone(), tables }), text))
 }
 
 /// Adds the token server host, which also plays its faults on schedule.

@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     pub(crate) restarts: Vec<u64>,
     /// The config text the next reload reads (set by a `reload` fault just before it).
     pub(crate) next_config: Option<String>,
+    /// The sign-ins a reloaded config text's `{oauth:ID}` placeholders stand for.
+    pub(crate) sign_ins: Vec<(String, String)>,
     /// Wakes the gateway host to reload (it must run there, on the simulated clock).
     pub(crate) reload: Arc<tokio::sync::Notify>,
 }

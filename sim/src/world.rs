@@ -70,6 +70,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
 
     if let Some(t) = &tokens {
         crate::oauth::host(&mut sim, t, &shared);
+        lock(&shared).sign_ins.clone_from(&t.tables);
     }
     add_upstreams(&mut sim, scenario, tokens.as_ref(), &shared);
 

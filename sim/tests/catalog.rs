@@ -94,6 +94,25 @@ fn swarm_seeds_stay_safe_and_heal() {
     assert!(failures.is_empty(), "swarm seeds failed:\n{}", failures.join("\n"));
 }
 
+/// Each focus of the swarm on one seed: the mixes steering leans on stay safe and heal too,
+/// and each reaches at least one of the transitions it aims at.
+#[test]
+fn every_swarm_focus_stays_safe_heals_and_reaches_what_it_aims_at() {
+    let mut failures = Vec::new();
+    for focus in swarm::Focus::ALL {
+        let s = swarm::generate_with(11, focus);
+        let r = run(&s, 11);
+        if !r.passed() {
+            eprint!("{}", report::failure(&r));
+            failures.push(r.replay_command());
+        }
+        if !focus.aims().is_empty() && !focus.aims().iter().any(|a| r.coverage.contains_key(*a)) {
+            failures.push(format!("{} reached none of {:?}", s.name, focus.aims()));
+        }
+    }
+    assert!(failures.is_empty(), "swarm foci failed:\n{}", failures.join("\n"));
+}
+
 #[test]
 fn a_failure_report_names_the_seed_and_the_replay_command() {
     let mut s = load_catalog(&catalog_dir())

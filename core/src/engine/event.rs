@@ -55,6 +55,16 @@ pub enum Event {
         /// Its length.
         cooldown: Duration,
     },
+    /// Healthy responses halved a running model lockout's failure count to 0, which ended it
+    /// before its deadline (M6; on this gateway only: other replicas keep it to its deadline).
+    LockoutDecayed {
+        /// Provider.
+        provider: Arc<str>,
+        /// Connection.
+        connection: Arc<str>,
+        /// The model it was announced for.
+        model: Arc<str>,
+    },
     /// Model lockouts were cleared by an operator (or with their connection's key): those of
     /// `model` on `connection` of `provider`, each field narrowing; all `None` is every lockout.
     LockoutsCleared {

@@ -321,7 +321,11 @@ impl Engine {
                     let connection = self.intern(c.connection);
                     self.push(Event::ConnectionRecovered { connection });
                 }
-                self.lockouts.decay(c.provider, c.connection, c.model, c.family);
+                for model in self.lockouts.decay(now, c.provider, c.connection, c.model, c.family) {
+                    let (provider, connection, model) =
+                        (self.intern(c.provider), self.intern(c.connection), self.intern(&model));
+                    self.push(Event::LockoutDecayed { provider, connection, model });
+                }
                 self.tracker.record_success(c.provider, None);
                 self.tracker.record_success(c.provider, Some(c.connection));
                 None

@@ -22,6 +22,9 @@ pub(crate) fn log_event(ev: &Event, clock: &Clock) {
         Event::Lockout { provider, connection, model, cooldown } => {
             tracing::info!(%provider, %connection, %model, cooldown_ms = ms(*cooldown), "model locked out")
         }
+        Event::LockoutDecayed { provider, connection, model } => {
+            tracing::info!(%provider, %connection, %model, "model lockout ended by healthy responses")
+        }
         Event::LockoutsCleared { provider, connection, model, removed } => {
             let any = |v: &Option<Arc<str>>| v.as_deref().unwrap_or("*").to_owned();
             tracing::info!(

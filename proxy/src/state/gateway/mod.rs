@@ -291,7 +291,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                     | Event::ConnectionRecovered { connection } => {
                         conns.insert(connection.to_string());
                     }
-                    Event::Lockout { .. } | Event::LockoutsCleared { .. } | Event::Pin(_) | Event::Lane { .. } => {}
+                    Event::Lockout { .. }
+                    | Event::LockoutDecayed { .. }
+                    | Event::LockoutsCleared { .. }
+                    | Event::Pin(_)
+                    | Event::Lane { .. } => {}
                 }
             }
             let breakers: Vec<_> = providers
