@@ -9,7 +9,7 @@ use crate::breaker::registry::BreakerRegistry;
 use crate::breaker::{Admission, BreakerState, Outcome, Ticket};
 use crate::classify::{ConnectionEffect, Decision, ErrorInput, classify, classify_transport};
 use crate::connection::{Applied, Availability, ConnectionSnapshot, ConnectionState};
-use crate::lockout::{LockRequest, ModelLockouts, rule_lock_scope};
+use crate::lockout::ModelLockouts;
 use crate::provider_cooldown::ProviderCooldownTracker;
 use crate::session::Affinity;
 use crate::settings::ResilienceSettings;
@@ -321,11 +321,8 @@ impl Engine {
                     let connection = self.intern(c.connection);
                     self.push(Event::ConnectionRecovered { connection });
                 }
-                for model in self.lockouts.decay(now, c.provider, c.connection, c.model, c.family) {
-                    let (provider, connection, model) =
-                        (self.intern(c.provider), self.intern(c.connection), self.intern(&model));
-                    self.push(Event::LockoutDecayed { provider, connection, model });
-                }
+                self.decay_lockouts(now, c);
+
                 self.tracker.record_success(c.provider, None);
                 self.tracker.record_success(c.provider, Some(c.connection));
                 None
@@ -420,41 +417,6 @@ impl Engine {
         self.maybe_lock(now, c, d, id);
     }
 
-    /// `connection` is `c`'s interned id when the caller has it already.
-    fn maybe_lock(&mut self, now: Instant, c: &Candidate<'_>, d: &Decision, connection: Option<Arc<str>>) {
-        let lc = &self.derived.lockout;
-        let rule_scope = rule_lock_scope(d.lock.scope);
-        // A model-scoped rule always locks (it replaces a connection cooldown); otherwise the
-        // settings gate it by status.
-        let gated = lc.enabled && lc.error_codes.contains(&d.status);
-        if !(gated || rule_scope.is_some()) {
-            return;
-        }
-        // An upstream hint sets the lockout's length only when it is longer than the base
-        // cooldown (a shorter one would shorten the lock); a rule's own cooldown always applies.
-        let exact = d.lock.cooldown.filter(|x| *x > lc.base_cooldown || rule_scope.is_some());
-        let req = LockRequest {
-            provider: c.provider,
-            connection: c.connection,
-            model: c.model,
-            family: c.family,
-            reason: d.reason,
-            status: d.status,
-            scope: rule_scope,
-            exact_cooldown: exact,
-            exact_is_upstream_reset: d.lock.upstream_reset && exact.is_some(),
-        };
-        let cooldown = self.lockouts.record_failure(now, lc, &req);
-        let connection = connection.unwrap_or_else(|| self.intern(c.connection));
-        let (provider, model) = (self.intern(c.provider), self.intern(c.model));
-        if self.outbox.is_some() {
-            let (provider, connection, model) = (Arc::clone(&provider), Arc::clone(&connection), Arc::clone(&model));
-            let until = now + cooldown;
-            self.collect(change::Pending::Lockout { provider, connection, model, reason: d.reason, until });
-        }
-        self.push(Event::Lockout { provider, connection, model, cooldown });
-    }
-
     fn intern(&mut self, id: &str) -> Arc<str> {
         if let Some(a) = self.ids.get(id) {
             return Arc::clone(a);
@@ -482,6 +444,7 @@ pub(crate) mod candidate;
 mod change;
 mod derived;
 mod event;
+mod lockouts;
 mod memory;
 mod operator;
 mod outcome;

@@ -3,7 +3,7 @@
 //! coverage table likely; `sim swarm` gives the next seed the focus aimed at the most
 //! transitions no seed has reached yet, tried least often.
 
-use super::{CHECK_AT_MS, Draft, SAFETY_MS, active, steady};
+use super::draft::{CHECK_AT_MS, Draft, SAFETY_MS, active, steady};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use scenarios::scenario::{Fault, FaultAction, Method, StateExpect, UpstreamSpec};

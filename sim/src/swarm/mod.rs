@@ -6,71 +6,21 @@
 //! and auth cooldowns, terminal states, model lockouts, the usage-limit lane, OAuth refreshes
 //! across a cut store); `sim swarm` steers toward the transitions no seed has reached yet.
 
+mod draft;
 mod focus;
 mod oauth;
 
+pub use draft::{CHECK_AT_MS, LIVENESS_BOUND_MS, SAFETY_MS};
 pub use focus::{Focus, steer};
+
+use draft::{Draft, active, steady};
 
 use ferroute_core::strategy::Strategy;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use scenarios::scenario::{
-    Abort, Expect, Fault, FaultAction, ResponseExpect, Scenario, StateExpect, UpstreamSpec, Workload,
-};
+use scenarios::scenario::{Abort, Expect, Scenario, StateExpect, UpstreamSpec};
 use scenarios::{Behaviour, Mode, Script, SseEvent, Window};
 use std::collections::BTreeMap;
-
-/// Length of the safety phase.
-pub const SAFETY_MS: u64 = 120_000;
-/// Time allowed after the safety phase for everything to heal. The longest self-healing
-/// timer the swarm can cause is an API-key breaker after repeated failed probes
-/// (30 s × multiplier 4 = 120 s), plus one request interval.
-pub const LIVENESS_BOUND_MS: u64 = 150_000;
-/// When the liveness phase checks that everything healed.
-pub const CHECK_AT_MS: u64 = SAFETY_MS + LIVENESS_BOUND_MS;
-
-/// A scenario being drawn: what each part of the generator adds to.
-#[derive(Default)]
-pub(crate) struct Draft {
-    pub gateway: String,
-    pub upstreams: Vec<UpstreamSpec>,
-    pub workload: Vec<Workload>,
-    pub faults: Vec<Fault>,
-    pub responses: Vec<ResponseExpect>,
-    pub states: Vec<StateExpect>,
-    pub replicas: Vec<String>,
-    /// The API-key connections.
-    pub connections: Vec<String>,
-    pub providers: usize,
-}
-
-impl Draft {
-    /// The gateway's link to `host` (from `from`) fails at `at` and heals `for_ms` later.
-    pub fn cut(&mut self, from: &str, host: &str, at: u64, for_ms: u64) {
-        for (at_ms, action) in [(at, FaultAction::Partition), (at + for_ms, FaultAction::Repair)] {
-            self.faults.push(Fault { at_ms, action, a: from.into(), b: host.into(), gateway: None });
-        }
-    }
-
-    /// `client`'s last request must be answered 200, and `connection` (if any) be active, when
-    /// the liveness phase ends.
-    pub fn must_heal(&mut self, client: &str, seq: u64, connection: Option<&str>) {
-        self.responses.push(ResponseExpect { client: client.into(), seq, status: Some(200), ..Default::default() });
-        if let Some(c) = connection {
-            self.states.push(active(c));
-        }
-    }
-}
-
-/// Connection `c` is active when the liveness phase ends.
-pub(crate) fn active(c: &str) -> StateExpect {
-    StateExpect {
-        at_ms: CHECK_AT_MS,
-        connection: Some(c.to_owned()),
-        status: Some("active".into()),
-        ..Default::default()
-    }
-}
 
 /// A fault for a 5 s slice on a provider of `format`: errors with and without hints, resets,
 /// stalls, slow answers, and streams that send only keep-alives.
@@ -341,34 +291,4 @@ fn second_replica(d: &mut Draft, rr: &mut ChaCha8Rng) {
 /// A seed's scenario as TOML (to inspect or keep as a regression).
 pub fn to_toml(s: &Scenario) -> String {
     toml::to_string(s).unwrap_or_else(|e| format!("# could not serialise: {e}\n"))
-}
-
-/// A patient client: a request for `model` every 2 s from `start_ms` on, `count` of them.
-pub(crate) fn steady(
-    client: &str,
-    model: String,
-    start_ms: u64,
-    count: u64,
-    stream: bool,
-    anthropic: bool,
-) -> Workload {
-    Workload {
-        gateway: None,
-        client: client.to_owned(),
-        start_ms,
-        every_ms: 2_000,
-        count,
-        model,
-        stream,
-        anthropic,
-        headers: BTreeMap::new(),
-        prompt: None,
-        pad_bytes: 0,
-        tools: 0,
-        path: None,
-        method: Default::default(),
-        body: None,
-        abort: None,
-        abort_after_ms: 0,
-    }
 }

@@ -1,7 +1,8 @@
 //! The swarm's subscription provider `po`: one or two OAuth accounts refreshing at a token
 //! server that is down, slow or revokes access tokens now and then.
 
-use super::{CHECK_AT_MS, Draft, Focus, SAFETY_MS, steady};
+use super::draft::{CHECK_AT_MS, Draft, SAFETY_MS, steady};
+use super::focus::Focus;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use scenarios::scenario::{StateExpect, UpstreamSpec};
