@@ -85,6 +85,11 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
             }
         }
         ("/api/resilience/emergency-fallback", _) => admin::method_not_allowed(&path, "GET, POST"),
+        ("/api/monitoring/events", &Method::GET) => match auth::admin(&gw.config, req.headers()) {
+            Ok(()) => crate::ops::events::stream(&gw, req.headers(), req.uri().query()),
+            Err(e) => e.into_response(),
+        },
+        ("/api/monitoring/events", _) => admin::method_not_allowed(&path, "GET"),
         ("/api/resilience/reset", _) => admin::method_not_allowed(&path, "POST"),
         ("/api/resilience/model-cooldowns", _) => admin::method_not_allowed(&path, "GET, DELETE"),
         ("/api/monitoring/health", _) | ("/metrics", _) | ("/v1/models", _) => admin::method_not_allowed(&path, "GET"),
@@ -156,6 +161,8 @@ where
     }
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
     let gw = serving.current();
+    // Event streams never end by themselves: they end now, not at the end of the grace period.
+    gw.feed.close();
     let grace = Duration::from_millis(gw.config.server.shutdown_grace_ms);
     if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
         tracing::warn!(

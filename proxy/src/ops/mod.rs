@@ -1,4 +1,5 @@
 //! Operating the gateway: the [`admin`] API (health, resets, lockouts, the emergency switch),
+//! the [`events`] stream of state changes,
 //! config [`reload`] without a restart, and the built-in [`demo`] provider the embedded
 //! defaults serve.
 //!
@@ -8,4 +9,5 @@
 pub mod accounts;
 pub mod admin;
 pub mod demo;
+pub mod events;
 pub mod reload;

@@ -85,6 +85,13 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
         };
         let result = loader().and_then(|new| self.swap(new));
         let serving = self.current();
+        let data = match &result {
+            Ok(r) => serde_json::to_value(r).unwrap_or_default(),
+            Err(e) => {
+                serde_json::json!({"status": "refused", "problems": e.0.iter().map(ToString::to_string).collect::<Vec<_>>()})
+            }
+        };
+        serving.feed.publish("reload", serving.clock.wall_now_ms(), data);
         match &result {
             Ok(r) => {
                 serving.metrics.config_reload("ok");

@@ -12,6 +12,8 @@ use hyper_util::client::legacy::connect::Connect;
 pub fn observe<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str, what: &'static str) {
     let generation = gw.accounts.credential(connection).map_or(0, |c| c.generation);
     gw.observe(gw.clock.now(), Observed::Tokens { connection, what, generation });
+    let data = serde_json::json!({"connection": connection, "what": what, "generation": generation});
+    gw.feed.publish("oauth", gw.clock.wall_now_ms(), data);
 }
 
 /// The tokens to store after the token endpoint answered `ticket`'s refresh of `connection`

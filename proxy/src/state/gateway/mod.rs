@@ -138,6 +138,8 @@ pub struct Gateway<C> {
     replicas: Arc<std::sync::OnceLock<Arc<Replicas>>>,
     /// The OAuth accounts' tokens and refresh schedules.
     pub accounts: Arc<Accounts>,
+    /// The operator's feed of state changes.
+    pub feed: Arc<crate::state::feed::Feed>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -180,6 +182,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             ids: Arc::default(),
             requests: Arc::default(),
             replicas: Arc::default(),
+            feed: Arc::default(),
         };
         gw.restore()?;
         gw.sync_accounts();
@@ -208,6 +211,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             ids: Arc::clone(&self.ids),
             requests: Arc::clone(&self.requests),
             replicas: Arc::clone(&self.replicas),
+            feed: Arc::clone(&self.feed),
         };
         gw.sync_accounts();
         gw
@@ -318,6 +322,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         }
         for ev in &events {
             crate::state::event_log::log_event(ev, &self.clock);
+            self.feed.engine_event(ev, &self.clock, now);
             if let Event::Lane { connection, change } = ev {
                 let event = match change {
                     LaneChange::Accepted { .. } => "accepted".to_owned(),

@@ -53,6 +53,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             return;
         }
         let was = self.emergency.swap(enabled, std::sync::atomic::Ordering::Relaxed);
+        if was != enabled {
+            let target = self.config.emergency_fallback.target.clone();
+            let data = serde_json::json!({"enabled": enabled, "target": target, "by": if share { "operator" } else { "replica" }});
+            self.feed.publish("emergency", self.clock.wall_now_ms(), data);
+        }
         if let Some(store) = &self.store
             && was != enabled
             && let Err(e) =
