@@ -77,4 +77,16 @@ impl ResilienceSettings {
         out.validate()?;
         Ok(out)
     }
+
+    /// [`ResilienceSettings::overlay_toml`] for a JSON tree (an operator's runtime overrides):
+    /// the same checks, the same merge.
+    pub fn overlay_json(self, patch: &serde_json::Value) -> Result<Self, ConfigError> {
+        let mut tree = serde_json::to_value(&self).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let _: ResilienceSettings =
+            serde_json::from_value(patch.clone()).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        env::merge(&mut tree, patch.clone());
+        let out: ResilienceSettings = serde_json::from_value(tree).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        out.validate()?;
+        Ok(out)
+    }
 }

@@ -1,5 +1,5 @@
 //! Operating the gateway: the [`admin`] API (health, resets, lockouts, the emergency switch),
-//! the [`events`] stream of state changes,
+//! the [`events`] stream of state changes, runtime [`settings`] overrides,
 //! config [`reload`] without a restart, and the built-in [`demo`] provider the embedded
 //! defaults serve.
 //!
@@ -11,3 +11,4 @@ pub mod admin;
 pub mod demo;
 pub mod events;
 pub mod reload;
+pub mod settings;

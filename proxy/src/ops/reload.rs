@@ -26,8 +26,11 @@ pub type Loader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
 pub struct Serving<C> {
     current: RwLock<Arc<Gateway<C>>>,
     loader: Option<Loader>,
-    // One reload at a time: two racing reloads would each diff against the same old config.
+    // One reload (or settings change) at a time: two racing reloads would each diff against
+    // the same old config.
     reloading: Mutex<()>,
+    /// The operator's runtime overrides of `[resilience]` (see [`crate::ops::settings`]).
+    pub(super) overrides: Mutex<crate::ops::settings::Overrides>,
 }
 
 /// What a reload changed, by id.
@@ -65,7 +68,35 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
     /// Serves `gw`; `loader` is where a reload reads the config from (`None`: reloads are
     /// refused, as in the simulation).
     pub fn new(gw: Arc<Gateway<C>>, loader: Option<Loader>) -> Arc<Self> {
-        Arc::new(Serving { current: RwLock::new(gw), loader, reloading: Mutex::new(()) })
+        let overrides = crate::ops::settings::Overrides::load(&gw);
+        let serving = Arc::new(Serving {
+            current: RwLock::new(Arc::clone(&gw)),
+            loader,
+            reloading: Mutex::new(()),
+            overrides: Mutex::new(overrides),
+        });
+        // Stored overrides apply from the start, over the file's settings.
+        let mut config = gw.config.clone();
+        if serving.overrides().apply(&mut config) {
+            serving.install(gw.successor(config));
+        }
+        serving
+    }
+
+    /// The runtime overrides (one lock; held only to read or replace them).
+    pub(super) fn overrides(&self) -> std::sync::MutexGuard<'_, crate::ops::settings::Overrides> {
+        self.overrides.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serves `gw` from now on.
+    pub(super) fn install(&self, gw: Gateway<C>) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(gw);
+    }
+
+    /// Runs `f` while no reload runs.
+    pub(super) fn exclusively<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _one = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
+        f()
     }
 
     /// The gateway a request arriving now uses.
@@ -122,6 +153,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
 
     fn swap(&self, mut new: Config) -> Result<Report, ConfigError> {
         let old = self.current();
+        // The operator's runtime overrides stay over the file's new settings.
+        self.overrides().apply(&mut new);
         let mut warnings = std::mem::take(&mut new.warnings);
         if new.server.listen != old.config.server.listen {
             warnings.push(format!(
