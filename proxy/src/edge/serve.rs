@@ -90,10 +90,13 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
             Err(e) => e.into_response(),
         },
         ("/api/monitoring/events", _) => admin::method_not_allowed(&path, "GET"),
-        ("/api/resilience/settings", _) => match auth::admin(&gw.config, req.headers()) {
-            Ok(()) => crate::ops::settings::handle(serving, req).await,
-            Err(e) => e.into_response(),
-        },
+        ("/api/resilience/settings", &Method::GET | &Method::PATCH | &Method::DELETE) => {
+            match auth::admin(&gw.config, req.headers()) {
+                Ok(()) => crate::ops::settings::handle(serving, req).await,
+                Err(e) => e.into_response(),
+            }
+        }
+        ("/api/resilience/settings", _) => admin::method_not_allowed(&path, "GET, PATCH, DELETE"),
         ("/api/resilience/reset", _) => admin::method_not_allowed(&path, "POST"),
         ("/api/resilience/model-cooldowns", _) => admin::method_not_allowed(&path, "GET, DELETE"),
         ("/api/monitoring/health", _) | ("/metrics", _) | ("/v1/models", _) => admin::method_not_allowed(&path, "GET"),

@@ -10,5 +10,6 @@ pub mod accounts;
 pub mod admin;
 pub mod demo;
 pub mod events;
+pub mod overrides;
 pub mod reload;
 pub mod settings;

@@ -30,7 +30,7 @@ pub struct Serving<C> {
     // the same old config.
     reloading: Mutex<()>,
     /// The operator's runtime overrides of `[resilience]` (see [`crate::ops::settings`]).
-    pub(super) overrides: Mutex<crate::ops::settings::Overrides>,
+    pub(super) overrides: Mutex<crate::ops::overrides::Overrides>,
 }
 
 /// What a reload changed, by id.
@@ -68,7 +68,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
     /// Serves `gw`; `loader` is where a reload reads the config from (`None`: reloads are
     /// refused, as in the simulation).
     pub fn new(gw: Arc<Gateway<C>>, loader: Option<Loader>) -> Arc<Self> {
-        let overrides = crate::ops::settings::Overrides::load(&gw);
+        let overrides = crate::ops::overrides::Overrides::load(&gw);
         let serving = Arc::new(Serving {
             current: RwLock::new(Arc::clone(&gw)),
             loader,
@@ -84,7 +84,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
     }
 
     /// The runtime overrides (one lock; held only to read or replace them).
-    pub(super) fn overrides(&self) -> std::sync::MutexGuard<'_, crate::ops::settings::Overrides> {
+    pub(super) fn overrides(&self) -> std::sync::MutexGuard<'_, crate::ops::overrides::Overrides> {
         self.overrides.lock().unwrap_or_else(|p| p.into_inner())
     }
 

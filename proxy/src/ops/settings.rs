@@ -14,81 +14,15 @@
 //! Overrides are kept in the state store, so they survive a restart, and stay over the file's
 //! settings across a reload.
 
-use crate::config::Config;
 use crate::edge::body::read_json;
 use crate::edge::errors::{Body, ProxyError, Source, json_response};
+use crate::ops::overrides::{OVERRIDES_SETTING, problems};
 use crate::ops::reload::Serving;
-use crate::state::gateway::Gateway;
-use ferroute_core::settings::{ConfigError, ResilienceSettings};
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::Connect;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
-
-/// The store key of the overrides.
-pub const OVERRIDES_SETTING: &str = "resilience.overrides";
-
-/// The overrides and what they apply over.
-#[derive(Debug)]
-pub struct Overrides {
-    /// A partial `[resilience]` tree.
-    values: Value,
-    /// The file's settings: what the overrides apply over, and what `DELETE` returns to.
-    file: ResilienceSettings,
-    /// Why the stored overrides do not apply over the file's settings (they stay stored).
-    error: Option<String>,
-}
-
-impl Overrides {
-    /// The overrides stored for `gw` (none without a store, or when none were stored).
-    pub(super) fn load<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Overrides {
-        let stored = gw.store.as_ref().and_then(|s| match s.setting(OVERRIDES_SETTING) {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::error!(error = %e, "could not read the stored resilience overrides");
-                None
-            }
-        });
-        let values = match stored.map(|t| serde_json::from_str::<Value>(&t)) {
-            Some(Ok(v @ Value::Object(_))) => v,
-            Some(_) => {
-                tracing::error!("the stored resilience overrides are not a JSON object; ignored");
-                Value::Object(Map::new())
-            }
-            None => Value::Object(Map::new()),
-        };
-        Overrides { values, file: gw.config.resilience.clone(), error: None }
-    }
-
-    /// Takes `config`'s settings as the file's and puts the overrides over them; returns whether
-    /// anything changed. Overrides that no longer apply (the file changed under them) are kept,
-    /// logged and reported, and the file's settings run.
-    pub(super) fn apply(&mut self, config: &mut Config) -> bool {
-        self.file = config.resilience.clone();
-        self.error = None;
-        if self.is_empty() {
-            return false;
-        }
-        match self.file.clone().overlay_json(&self.values) {
-            Ok(effective) => {
-                let changed = effective != config.resilience;
-                config.resilience = effective;
-                changed
-            }
-            Err(e) => {
-                let why = problems(&e).iter().map(|p| format!("{}: {}", p["field"], p["message"])).collect::<Vec<_>>();
-                tracing::error!(problems = ?why, "the stored resilience overrides do not apply over the config's settings; the config's settings run");
-                self.error = Some(why.join("; "));
-                false
-            }
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.values.as_object().is_none_or(Map::is_empty)
-    }
-}
 
 /// Applies an RFC 7396 merge patch: objects merge, `null` removes, anything else replaces.
 /// Objects left empty are removed.
@@ -111,14 +45,6 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
         if slot.as_object().is_some_and(Map::is_empty) {
             t.remove(k);
         }
-    }
-}
-
-/// Every problem of a settings error as `{field, message}`.
-fn problems(e: &ConfigError) -> Vec<Value> {
-    match e {
-        ConfigError::Parse(m) => vec![json!({"field": "resilience", "message": m})],
-        ConfigError::Invalid(v) => v.iter().map(|p| json!({"field": p.field, "message": p.message})).collect(),
     }
 }
 
@@ -154,7 +80,8 @@ pub async fn handle<C: Connect + Clone + Send + Sync + 'static>(
             merge_patch(&mut next, &patch);
             next
         }
-        _ => return crate::ops::admin::method_not_allowed("/api/resilience/settings", "GET, PATCH, DELETE"),
+        // The router sends only these three.
+        _ => return view(serving),
     };
     if let Err(resp) = set(serving, next) {
         return *resp;
