@@ -197,3 +197,36 @@ async fn state_changes_stream_live_resume_by_id_and_a_stalled_reader_resyncs() {
     assert_eq!(switch(&p, false).await, 200, "the last of the many switched it on");
     stalled.until("event: emergency", Duration::from_secs(10)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_acquired_and_released_is_announced_with_the_owner_hashed() {
+    let (addr, _) = upstream(ScriptedUpstream::new().route("m", Script::always(Behaviour::echo()))).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("ferroute.toml");
+    let text = format!(
+        "[server]\nadmin_key = \"{KEY}\"\n[[keys]]\nid = \"team\"\nkey = \"team-key-0001\"\npermissions = [\"lease:exclusive\"]\nallowed_connections = [\"c0\"]\n[[providers]]\nid = \"up\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\"]\n[[connections]]\nid = \"c0\"\nprovider = \"up\"\napi_key = \"sk-0\"\n"
+    );
+    std::fs::write(&cfg, text).expect("config");
+    let cfg_arg = cfg.display().to_string();
+    let p = spawn(&["--config", &cfg_arg], dir.path()).await;
+    let (mut live, _) = Events::open(&p, "", "").await;
+    let owner = format!("vlo_{}", "A".repeat(43));
+    let lease = |body: &'static str| {
+        let headers = [
+            ("content-type", "application/json"),
+            ("authorization", "Bearer team-key-0001"),
+            ("x-ferroute-lease-owner", owner.as_str()),
+        ];
+        let url = format!("{}/api/v1/session-leases", p.base);
+        async move { send("POST", &url, &headers, body, Duration::from_secs(10)).await.expect("lease") }
+    };
+    let a = lease(r#"{"action":"acquire","model":"up/m"}"#).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let acquired = live.event("lease").await;
+    assert!(acquired.contains("\"what\":\"acquired\"") && acquired.contains("\"connection\":\"c0\""), "{acquired}");
+    assert!(!acquired.contains(&owner), "the owner only as its hash: {acquired}");
+    let r = lease(r#"{"action":"release","generation":1}"#).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let released = live.event("lease").await;
+    assert!(released.contains("\"what\":\"released\""), "{released}");
+}

@@ -292,6 +292,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
             match store.acquire(&owner, &key.id, model, &eligible, ttl, now_ms).await.map_err(store_down)? {
                 Acquired::Lease(l) => {
                     tracing::info!(key = %key.id, generation = l.generation, "lease acquired");
+                    publish(gw, "acquired", &l, now_ms);
                     Ok(ok(lifecycle(gw, &l, now_ms, true)))
                 }
                 Acquired::OwnerBusy => Err(refuse(LeaseError::ConnectionMismatch)),
@@ -338,10 +339,25 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
             let l = store.release(&owner, g, now_ms).await.map_err(store_down)?;
             let l = l.ok_or_else(|| refuse(LeaseError::LeaseRequired))?;
             tracing::info!(key = %key.id, generation = l.generation, "lease released");
+            publish(gw, "released", &l, now_ms);
             Ok(ok(lifecycle(gw, &l, now_ms, false)))
         }
         _ => Err(refuse(LeaseError::ActionInvalid)),
     }
+}
+
+/// Announces a lease change on the operator's event stream (the owner only as its hash).
+fn publish<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, what: &str, l: &Lease, now_ms: u64) {
+    let data = serde_json::json!({
+        "what": what,
+        "key": l.key_id,
+        "owner_hash": l.owner_hash,
+        "connection": l.connection,
+        "model": l.model,
+        "generation": l.generation,
+        "expires_at": crate::state::clock::rfc3339(l.expires_at_ms),
+    });
+    gw.feed.publish("lease", now_ms, data);
 }
 
 /// The connections an acquire may lease, in routing order: those serving `model` that the

@@ -21,7 +21,8 @@ pub struct Item {
     /// Its id (1, 2, …; one more than the change before it).
     pub id: u64,
     /// What kind of change: `breaker`, `cooldown`, `terminal`, `recovered`, `lockout`,
-    /// `lockout_ended`, `lockouts_cleared`, `lane`, `reload`, `settings`, `emergency`, `oauth`.
+    /// `lockout_ended`, `lockouts_cleared`, `lane`, `reload`, `settings`, `emergency`, `lease`,
+    /// `oauth`.
     pub kind: &'static str,
     /// The change as JSON (with `at`, its wall-clock time).
     pub data: String,
