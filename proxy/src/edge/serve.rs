@@ -85,6 +85,9 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
             }
         }
         ("/api/resilience/emergency-fallback", _) => admin::method_not_allowed(&path, "GET, POST"),
+        (p, &Method::GET) if p == "/dashboard" || p.starts_with("/dashboard/") => {
+            crate::ops::dashboard::asset(p).unwrap_or_else(|| admin::not_found(p))
+        }
         ("/api/monitoring/events", &Method::GET) => match auth::admin(&gw.config, req.headers()) {
             Ok(()) => crate::ops::events::stream(&gw, req.headers(), req.uri().query()),
             Err(e) => e.into_response(),

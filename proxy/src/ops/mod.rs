@@ -1,5 +1,5 @@
 //! Operating the gateway: the [`admin`] API (health, resets, lockouts, the emergency switch),
-//! the [`events`] stream of state changes, runtime [`settings`] overrides,
+//! the operator's [`dashboard`], the [`events`] stream of state changes, runtime [`settings`] overrides,
 //! config [`reload`] without a restart, and the built-in [`demo`] provider the embedded
 //! defaults serve.
 //!
@@ -8,6 +8,7 @@
 
 pub mod accounts;
 pub mod admin;
+pub mod dashboard;
 pub mod demo;
 pub mod events;
 pub mod overrides;

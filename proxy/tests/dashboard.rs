@@ -1,0 +1,279 @@
+//! The dashboard in a real browser: Debian's headless Chromium driven over WebDriver
+//! (chromedriver) against the real binary. Logs in with the admin key; a breaker opening shows
+//! as OPEN within 2 s without a reload; a model lockout re-enabled with its button leaves the
+//! card and the API; an invalid setting shows its error beside the field and changes nothing; a
+//! valid one applies; the emergency switch reaches health; a wrong key is refused. Screenshots
+//! land in `target/dashboard/`.
+
+mod common;
+
+use base64::Engine as _;
+use chaos::client::{Reply, health, send};
+use common::{chat_at, json, spawn, upstream};
+use scenarios::{Behaviour, Script, ScriptedUpstream};
+use serde_json::{Value, json};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const KEY: &str = "admin-key-0001";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A chromedriver process and one browser session, both ended when dropped.
+struct Browser {
+    driver: Child,
+    url: String,
+    session: String,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // Killing chromedriver ends the browser it started.
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+async fn wd(method: &str, url: &str, body: &Value) -> Value {
+    let text = if method == "GET" || method == "DELETE" { String::new() } else { body.to_string() };
+    let r: Reply = send(method, url, &[("content-type", "application/json")], &text, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("webdriver {method} {url}: {e}"));
+    let v = json(&r);
+    assert!(r.status == 200, "webdriver {method} {url} answered {}: {v}", r.status);
+    v["value"].clone()
+}
+
+/// Whether Chromium and chromedriver are here; outside CI, `tests/browser/setup.sh` installs
+/// them (in CI their absence fails the test: `.ci/run` installs them).
+fn installed() -> bool {
+    let has = |c: &str| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success());
+    if has("chromium") && has("chromedriver") {
+        return true;
+    }
+    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    assert!(!in_ci, "chromium or chromedriver is missing: .ci/run installs them with tests/browser/setup.sh");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/browser/setup.sh");
+    let ran = Command::new("bash").arg(script).status().is_ok_and(|s| s.success());
+    ran && has("chromium") && has("chromedriver")
+}
+
+impl Browser {
+    async fn start(profile: &std::path::Path) -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver (Debian's chromium-driver; .ci/run installs it)");
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while send("GET", &format!("{url}/status"), &[], "", Duration::from_secs(2)).await.is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let args = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,1800",
+            &format!("--user-data-dir={}", profile.display()),
+        ];
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args}}}});
+        let mut b = Browser { driver, url, session: String::new() };
+        let v = wd("POST", &format!("{}/session", b.url), &caps).await;
+        b.session = v["sessionId"].as_str().expect("session id").to_owned();
+        b
+    }
+
+    fn at(&self, path: &str) -> String {
+        format!("{}/session/{}{path}", self.url, self.session)
+    }
+
+    async fn go(&self, url: &str) {
+        wd("POST", &self.at("/url"), &json!({"url": url})).await;
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let v = wd("POST", &self.at("/element"), &json!({"using": "css selector", "value": css})).await;
+        v[ELEMENT].as_str().expect("element").to_owned()
+    }
+
+    async fn click(&self, css: &str) {
+        let e = self.find(css).await;
+        wd("POST", &self.at(&format!("/element/{e}/click")), &json!({})).await;
+    }
+
+    async fn type_in(&self, css: &str, text: &str) {
+        let e = self.find(css).await;
+        wd("POST", &self.at(&format!("/element/{e}/clear")), &json!({})).await;
+        wd("POST", &self.at(&format!("/element/{e}/value")), &json!({"text": text})).await;
+    }
+
+    async fn eval(&self, script: &str) -> Value {
+        wd("POST", &self.at("/execute/sync"), &json!({"script": script, "args": []})).await
+    }
+
+    /// Waits until `script` returns true; returns how long it took.
+    async fn until(&self, what: &str, script: &str, within: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            if self.eval(script).await == Value::Bool(true) {
+                return start.elapsed();
+            }
+            if start.elapsed() >= within {
+                let page = self.eval("return document.body.innerText").await;
+                panic!("{what}: not within {within:?}; the page:\n{}", page.as_str().unwrap_or_default());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let v = wd("GET", &self.at("/screenshot"), &Value::Null).await;
+        let png = base64::engine::general_purpose::STANDARD.decode(v.as_str().expect("base64")).expect("png");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/dashboard");
+        std::fs::create_dir_all(&dir).expect("screenshot dir");
+        std::fs::write(dir.join(format!("{name}.png")), png).expect("screenshot");
+    }
+}
+
+/// A script: whether `provider`'s breaker shows `state`.
+fn shows(provider: &str, state: &str) -> String {
+    format!(
+        "const r = document.querySelector('#providers tr[data-provider=\"{provider}\"]'); return r !== null && r.children[2].textContent === '{state}';"
+    )
+}
+
+fn cell(provider: &str, column: usize) -> String {
+    format!(
+        "const r = document.querySelector('#providers tr[data-provider=\"{provider}\"]'); return r ? r.children[{column}].textContent : null;"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium() {
+    if !installed() {
+        eprintln!("skipped: no chromium and chromedriver, and tests/browser/setup.sh could not install them");
+        return;
+    }
+    let (addr, _) = upstream(
+        ScriptedUpstream::new()
+            .route("down", Script::always(Behaviour::status(503, r#"{"error":{"message":"overloaded"}}"#)))
+            .route(
+                "busy",
+                Script::always(Behaviour::status(502, r#"{"error":{"message":"<script>alert(1)</script>"}}"#)),
+            )
+            .route("fine", Script::always(Behaviour::echo())),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("ferroute.toml");
+    let text = format!(
+        "[server]\ndata_dir = \"data\"\nadmin_key = \"{KEY}\"\n[resilience.model_lockout]\nenabled = true\nbase_cooldown_ms = 600000\nmax_cooldown_ms = 1800000\n[[providers]]\nid = \"flaky\"\nclass = \"local\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"down\"]\n[[connections]]\nid = \"f1\"\nprovider = \"flaky\"\napi_key = \"sk-f1\"\n[[connections]]\nid = \"f2\"\nprovider = \"flaky\"\napi_key = \"sk-f2\"\n[[providers]]\nid = \"keys\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"busy\", \"fine\"]\n[[connections]]\nid = \"k1\"\nprovider = \"keys\"\napi_key = \"sk-1\"\n[emergency_fallback]\ntarget = \"keys/fine\"\n"
+    );
+    std::fs::write(&cfg, text).expect("config");
+    let cfg_arg = cfg.display().to_string();
+    let p = spawn(&["--config", &cfg_arg], dir.path()).await;
+    let profile = tempfile::tempdir().expect("profile");
+    let b = Browser::start(profile.path()).await;
+
+    // A wrong key is refused on the login form.
+    b.go(&format!("{}/dashboard", p.base)).await;
+    b.type_in("#key", "wrong-key-0000").await;
+    b.click("#login-button").await;
+    b.until(
+        "the refusal",
+        "return document.getElementById('login-error').textContent.includes('invalid admin key')",
+        Duration::from_secs(5),
+    )
+    .await;
+    b.screenshot("login-refused").await;
+
+    // The right key: the providers show.
+    b.type_in("#key", KEY).await;
+    b.click("#login-button").await;
+    b.until("the providers", &shows("flaky", "CLOSED"), Duration::from_secs(5)).await;
+    b.until("the live badge", "return document.getElementById('live').textContent === 'live'", Duration::from_secs(5))
+        .await;
+    b.screenshot("overview").await;
+
+    // The breaker opens (two keys fail once each): OPEN on the page within 2 s, no reload.
+    assert_eq!(chat_at(&p.base, "flaky/down").await.status, 503);
+    let took = b.until("OPEN", &shows("flaky", "OPEN"), Duration::from_secs(2)).await;
+    eprintln!("the page showed the open breaker {took:?} after the request");
+    assert!(b.eval(&cell("flaky", 4)).await.as_str().is_some_and(|s| s.ends_with(" s")), "a countdown to the probe");
+
+    // A lockout shows in the card; its button re-enables it, on the page and in the API.
+    assert_eq!(chat_at(&p.base, "keys/busy").await.status, 502);
+    b.until(
+        "the lockout row",
+        "return document.querySelector('#lockouts tr[data-lockout=\"keys/k1/busy\"]') !== null",
+        Duration::from_secs(2),
+    )
+    .await;
+    b.screenshot("model-cooldowns").await;
+    b.click("#lockouts tr[data-lockout=\"keys/k1/busy\"] button").await;
+    b.until(
+        "the row gone",
+        "return document.querySelector('#lockouts tr[data-lockout=\"keys/k1/busy\"]') === null",
+        Duration::from_secs(2),
+    )
+    .await;
+    let url = format!("{}/api/resilience/model-cooldowns", p.base);
+    let listed =
+        json(&send("GET", &url, &[("x-ferroute-admin-key", KEY)], "", Duration::from_secs(5)).await.expect("list"));
+    let items = listed["items"].as_array().expect("items");
+    assert!(!items.is_empty() && items.iter().all(|l| l["model"] != "busy"), "only busy re-enabled: {listed}");
+    // Nothing the upstream wrote became markup.
+    assert_eq!(b.eval("return document.querySelectorAll('script').length").await, json!(1));
+
+    // An invalid setting: its error beside the field, nothing changed.
+    b.type_in("#lockout-max_cooldown_ms", "1000").await;
+    b.click("#lockout-save").await;
+    b.until(
+        "the field's error",
+        "return document.querySelector('.error[data-for=\"max_cooldown_ms\"]').textContent.length > 0",
+        Duration::from_secs(5),
+    )
+    .await;
+    b.screenshot("settings-invalid").await;
+    let url = format!("{}/api/resilience/settings", p.base);
+    let s =
+        json(&send("GET", &url, &[("x-ferroute-admin-key", KEY)], "", Duration::from_secs(5)).await.expect("settings"));
+    assert_eq!(s["overrides"], json!({}), "{s}");
+    // A valid one applies.
+    b.type_in("#lockout-max_cooldown_ms", "2400000").await;
+    b.click("#lockout-save").await;
+    b.until(
+        "the override shown",
+        "return document.getElementById('settings-status').textContent.startsWith('Overridden at runtime')",
+        Duration::from_secs(5),
+    )
+    .await;
+    let s =
+        json(&send("GET", &url, &[("x-ferroute-admin-key", KEY)], "", Duration::from_secs(5)).await.expect("settings"));
+    assert_eq!(s["effective"]["model_lockout"]["max_cooldown_ms"], json!(2_400_000), "{s}");
+
+    // The emergency switch reaches health.
+    b.click("#emergency").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let h = health(&p.base).await.expect("health");
+        if h["emergency_fallback"]["enabled"] == json!(true) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the switch did not reach health: {h}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.screenshot("flags").await;
+    // End the browser (dropping the driver would leave it to the driver's own exit).
+    wd("DELETE", &b.at(""), &Value::Null).await;
+}
