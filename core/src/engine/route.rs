@@ -87,22 +87,10 @@ impl Engine {
         })
     }
 
-    /// The order in which `eligible` candidates are tried: targets by the route's strategy,
-    /// then each target's connections by its provider's connection strategy, a connection
-    /// saturated at its `max_concurrent` behind the others (the M7 gate only deprioritises).
-    pub fn order<'c>(
-        &mut self,
-        now: Instant,
-        candidates: &[Candidate<'c>],
-        eligible: &[usize],
-        route: &Route<'_>,
-    ) -> Vec<usize> {
-        let mut out = Vec::with_capacity(eligible.len());
-        self.order_into(now, candidates, eligible, route, &mut out);
-        out
-    }
-
-    /// [`Engine::order`], appended to `out`.
+    /// The order in which `eligible` candidates are tried, appended to `out`: targets by the
+    /// route's strategy, then each target's connections by its provider's connection strategy,
+    /// a connection saturated at its `max_concurrent` behind the others (the M7 gate only
+    /// deprioritises).
     fn order_into<'c>(
         &mut self,
         now: Instant,
