@@ -1,7 +1,6 @@
 //! What the swarm's generator builds a scenario in, and the pieces every part of it uses.
 
 use scenarios::scenario::{Fault, FaultAction, ResponseExpect, StateExpect, UpstreamSpec, Workload};
-use std::collections::BTreeMap;
 
 /// Length of the safety phase.
 pub const SAFETY_MS: u64 = 120_000;
@@ -64,23 +63,5 @@ pub(crate) fn steady(
     stream: bool,
     anthropic: bool,
 ) -> Workload {
-    Workload {
-        gateway: None,
-        client: client.to_owned(),
-        start_ms,
-        every_ms: 2_000,
-        count,
-        model,
-        stream,
-        anthropic,
-        headers: BTreeMap::new(),
-        prompt: None,
-        pad_bytes: 0,
-        tools: 0,
-        path: None,
-        method: Default::default(),
-        body: None,
-        abort: None,
-        abort_after_ms: 0,
-    }
+    Workload { start_ms, every_ms: 2_000, count, stream, anthropic, ..Workload::of(client, &model) }
 }
