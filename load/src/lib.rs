@@ -23,12 +23,23 @@ use tokio::net::TcpListener;
 /// it proxies `bench/m` (and `bench/s` for streams) to that address; without, it serves the
 /// built-in demo provider. State goes to `data_dir`.
 pub async fn start_gateway(upstream: Option<SocketAddr>, data_dir: &std::path::Path) -> anyhow::Result<SocketAddr> {
+    start_gateway_with(upstream, data_dir, "").await
+}
+
+/// [`start_gateway`] with `head` (TOML, e.g. a `[server]` table) before the benchmark's
+/// providers.
+pub async fn start_gateway_with(
+    upstream: Option<SocketAddr>,
+    data_dir: &std::path::Path,
+    head: &str,
+) -> anyhow::Result<SocketAddr> {
     let env = |_: &str| None;
     let mut config = match upstream {
         Some(addr) => {
-            let text = format!(
-                "[[providers]]\nid = \"bench\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\", \"s\"]\n[[connections]]\nid = \"bench-1\"\nprovider = \"bench\"\napi_key = \"sk-bench\"\n[[providers]]\nid = \"bench-ant\"\nformat = \"anthropic\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\", \"as\"]\n[[connections]]\nid = \"bench-ant-1\"\nprovider = \"bench-ant\"\napi_key = \"sk-bench\"\n"
-            );
+            let text = head.to_owned()
+                + &format!(
+                    "[[providers]]\nid = \"bench\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\", \"s\"]\n[[connections]]\nid = \"bench-1\"\nprovider = \"bench\"\napi_key = \"sk-bench\"\n[[providers]]\nid = \"bench-ant\"\nformat = \"anthropic\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\", \"as\"]\n[[connections]]\nid = \"bench-ant-1\"\nprovider = \"bench-ant\"\napi_key = \"sk-bench\"\n"
+                );
             Config::from_toml_str(&text, &env, &[]).map_err(|e| anyhow::anyhow!("{e}"))?
         }
         None => Config::embedded(&env, &[]).map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -180,6 +191,35 @@ pub async fn open_loop(url: &str, body: Bytes, rps: u64, duration: Duration) -> 
         tasks.push(tokio::spawn(async move {
             let sent = tokio::time::Instant::now();
             let ok = one(&client, &url, &body).await;
+            (ok, sent.elapsed().as_secs_f64() * 1e6)
+        }));
+    }
+    summarize(tasks).await
+}
+
+/// [`open_loop`] for `GET url` with `headers`: latency to the full body.
+pub async fn open_loop_get(url: &str, headers: &[(&'static str, String)], rps: u64, duration: Duration) -> Latency {
+    let client = client();
+    let n = (rps as f64 * duration.as_secs_f64()) as u64;
+    let interval = Duration::from_secs_f64(1.0 / rps as f64);
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        tokio::time::sleep_until(start + interval * i as u32).await;
+        let mut req = hyper::Request::get(url);
+        for (k, v) in headers {
+            req = req.header(*k, v.as_str());
+        }
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let sent = tokio::time::Instant::now();
+            let ok = match req.body(Full::new(Bytes::new())) {
+                Ok(req) => match client.request(req).await {
+                    Ok(resp) if resp.status().is_success() => resp.into_body().collect().await.is_ok(),
+                    _ => false,
+                },
+                Err(_) => false,
+            };
             (ok, sent.elapsed().as_secs_f64() * 1e6)
         }));
     }
