@@ -19,6 +19,7 @@ pub mod store_lua;
 pub mod token_server;
 pub mod toxic;
 pub mod upstream;
+mod workload;
 
 pub use scenario::{Scenario, load_catalog};
 pub use script::{Behaviour, Mode, Script, SseEvent, Window};
