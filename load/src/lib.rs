@@ -179,26 +179,42 @@ fn client() -> Client<HttpConnector, Full<Bytes>> {
 /// request is actually sent: the timer's own wake-up lateness (up to a millisecond) belongs to
 /// the generator, not to the target.
 pub async fn open_loop(url: &str, body: Bytes, rps: u64, duration: Duration) -> Latency {
-    let client = client();
-    let n = (rps as f64 * duration.as_secs_f64()) as u64;
-    let interval = Duration::from_secs_f64(1.0 / rps as f64);
-    let start = tokio::time::Instant::now();
-    let mut tasks = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let at = start + interval * i as u32;
-        tokio::time::sleep_until(at).await;
-        let (client, url, body) = (client.clone(), url.to_owned(), body.clone());
-        tasks.push(tokio::spawn(async move {
-            let sent = tokio::time::Instant::now();
-            let ok = one(&client, &url, &body).await;
-            (ok, sent.elapsed().as_secs_f64() * 1e6)
-        }));
-    }
-    summarize(tasks).await
+    let url = url.to_owned();
+    scheduled(rps, duration, move |client| {
+        let (url, body) = (url.clone(), body.clone());
+        async move { one(&client, &url, &body).await }
+    })
+    .await
 }
 
 /// [`open_loop`] for `GET url` with `headers`: latency to the full body.
 pub async fn open_loop_get(url: &str, headers: &[(&'static str, String)], rps: u64, duration: Duration) -> Latency {
+    let (url, headers) = (url.to_owned(), headers.to_vec());
+    scheduled(rps, duration, move |client| {
+        let mut req = hyper::Request::get(url.as_str());
+        for (k, v) in &headers {
+            req = req.header(*k, v.as_str());
+        }
+        async move {
+            match req.body(Full::new(Bytes::new())) {
+                Ok(req) => match client.request(req).await {
+                    Ok(resp) if resp.status().is_success() => resp.into_body().collect().await.is_ok(),
+                    _ => false,
+                },
+                Err(_) => false,
+            }
+        }
+    })
+    .await
+}
+
+/// Starts `send(client)` `rps` times a second for `duration` on a fixed schedule; each
+/// request's latency runs from when it was sent to when its future ends (true: it succeeded).
+async fn scheduled<F, Fut>(rps: u64, duration: Duration, send: F) -> Latency
+where
+    F: Fn(Client<HttpConnector, Full<Bytes>>) -> Fut,
+    Fut: std::future::Future<Output = bool> + Send + 'static,
+{
     let client = client();
     let n = (rps as f64 * duration.as_secs_f64()) as u64;
     let interval = Duration::from_secs_f64(1.0 / rps as f64);
@@ -206,20 +222,10 @@ pub async fn open_loop_get(url: &str, headers: &[(&'static str, String)], rps: u
     let mut tasks = Vec::with_capacity(n as usize);
     for i in 0..n {
         tokio::time::sleep_until(start + interval * i as u32).await;
-        let mut req = hyper::Request::get(url);
-        for (k, v) in headers {
-            req = req.header(*k, v.as_str());
-        }
-        let client = client.clone();
+        let request = send(client.clone());
         tasks.push(tokio::spawn(async move {
             let sent = tokio::time::Instant::now();
-            let ok = match req.body(Full::new(Bytes::new())) {
-                Ok(req) => match client.request(req).await {
-                    Ok(resp) if resp.status().is_success() => resp.into_body().collect().await.is_ok(),
-                    _ => false,
-                },
-                Err(_) => false,
-            };
+            let ok = request.await;
             (ok, sent.elapsed().as_secs_f64() * 1e6)
         }));
     }

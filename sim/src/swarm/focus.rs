@@ -129,7 +129,7 @@ impl Focus {
 }
 
 /// The focus's own fault for a 5 s slice of provider `p` (half the slices), if it has any.
-pub(super) fn slice(focus: Focus, rf: &mut ChaCha8Rng, _p: usize, _format: &str) -> Option<Behaviour> {
+pub(super) fn slice(focus: Focus, rf: &mut ChaCha8Rng) -> Option<Behaviour> {
     if !rf.random_bool(0.5) {
         return None;
     }

@@ -193,7 +193,7 @@ fn providers(d: &mut Draft, rng: &mut ChaCha8Rng, rf: &mut ChaCha8Rng, focus: Fo
         for k in 0..slices {
             if rng.random_bool(0.6) {
                 let drawn = fault(rng, format);
-                let behaviour = focus::slice(focus, rf, p, format).unwrap_or(drawn);
+                let behaviour = focus::slice(focus, rf).unwrap_or(drawn);
                 windows.push(Window { from_ms: k * 5_000, to_ms: (k + 1) * 5_000, behaviour });
             }
         }
