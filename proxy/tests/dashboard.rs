@@ -184,9 +184,18 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
     let p = spawn(&["--config", &cfg_arg], dir.path()).await;
     let profile = tempfile::tempdir().expect("profile");
     let b = Browser::start(profile.path()).await;
+    log_in(&b, &p.base).await;
+    an_open_breaker_shows_live(&b, &p.base).await;
+    a_lockout_is_re_enabled_from_its_row(&b, &p.base).await;
+    settings_are_checked_then_applied(&b, &p.base).await;
+    the_emergency_switch_reaches_health(&b, &p.base).await;
+    // End the browser (dropping the driver would leave it to the driver's own exit).
+    wd("DELETE", &b.at(""), &Value::Null).await;
+}
 
-    // A wrong key is refused on the login form.
-    b.go(&format!("{}/dashboard", p.base)).await;
+/// A wrong key is refused on the login form; the right one shows the providers, live.
+async fn log_in(b: &Browser, base: &str) {
+    b.go(&format!("{base}/dashboard")).await;
     b.type_in("#key", "wrong-key-0000").await;
     b.click("#login-button").await;
     b.until(
@@ -196,23 +205,25 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
     )
     .await;
     b.screenshot("login-refused").await;
-
-    // The right key: the providers show.
     b.type_in("#key", KEY).await;
     b.click("#login-button").await;
     b.until("the providers", &shows("flaky", "CLOSED"), Duration::from_secs(5)).await;
     b.until("the live badge", "return document.getElementById('live').textContent === 'live'", Duration::from_secs(5))
         .await;
     b.screenshot("overview").await;
+}
 
-    // The breaker opens (two keys fail once each): OPEN on the page within 2 s, no reload.
-    assert_eq!(chat_at(&p.base, "flaky/down").await.status, 503);
+/// The breaker opens (two keys fail once each): OPEN on the page within 2 s, no reload.
+async fn an_open_breaker_shows_live(b: &Browser, base: &str) {
+    assert_eq!(chat_at(base, "flaky/down").await.status, 503);
     let took = b.until("OPEN", &shows("flaky", "OPEN"), Duration::from_secs(2)).await;
     eprintln!("the page showed the open breaker {took:?} after the request");
     assert!(b.eval(&cell("flaky", 4)).await.as_str().is_some_and(|s| s.ends_with(" s")), "a countdown to the probe");
+}
 
-    // A lockout shows in the card; its button re-enables it, on the page and in the API.
-    assert_eq!(chat_at(&p.base, "keys/busy").await.status, 502);
+/// A lockout shows in the card; its button re-enables it, on the page and in the API.
+async fn a_lockout_is_re_enabled_from_its_row(b: &Browser, base: &str) {
+    assert_eq!(chat_at(base, "keys/busy").await.status, 502);
     b.until(
         "the lockout row",
         "return document.querySelector('#lockouts tr[data-lockout=\"keys/k1/busy\"]') !== null",
@@ -227,15 +238,17 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
         Duration::from_secs(2),
     )
     .await;
-    let url = format!("{}/api/resilience/model-cooldowns", p.base);
-    let listed =
-        json(&send("GET", &url, &[("x-ferroute-admin-key", KEY)], "", Duration::from_secs(5)).await.expect("list"));
+    let listed = admin_get(base, "/api/resilience/model-cooldowns").await;
     let items = listed["items"].as_array().expect("items");
     assert!(!items.is_empty() && items.iter().all(|l| l["model"] != "busy"), "only busy re-enabled: {listed}");
-    // Nothing the upstream wrote became markup.
+    // The page still has only its own script after drawing everything the gateway reported.
+    // (The upstream's `<script>` error text does not reach the page: it shows error types and
+    // codes only, and writes every value as text.)
     assert_eq!(b.eval("return document.querySelectorAll('script').length").await, json!(1));
+}
 
-    // An invalid setting: its error beside the field, nothing changed.
+/// An invalid setting: its error beside the field, nothing changed; a valid one applies.
+async fn settings_are_checked_then_applied(b: &Browser, base: &str) {
     b.type_in("#lockout-max_cooldown_ms", "1000").await;
     b.click("#lockout-save").await;
     b.until(
@@ -245,11 +258,8 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
     )
     .await;
     b.screenshot("settings-invalid").await;
-    let url = format!("{}/api/resilience/settings", p.base);
-    let s =
-        json(&send("GET", &url, &[("x-ferroute-admin-key", KEY)], "", Duration::from_secs(5)).await.expect("settings"));
+    let s = admin_get(base, "/api/resilience/settings").await;
     assert_eq!(s["overrides"], json!({}), "{s}");
-    // A valid one applies.
     b.type_in("#lockout-max_cooldown_ms", "2400000").await;
     b.click("#lockout-save").await;
     b.until(
@@ -258,15 +268,16 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
         Duration::from_secs(5),
     )
     .await;
-    let s =
-        json(&send("GET", &url, &[("x-ferroute-admin-key", KEY)], "", Duration::from_secs(5)).await.expect("settings"));
+    let s = admin_get(base, "/api/resilience/settings").await;
     assert_eq!(s["effective"]["model_lockout"]["max_cooldown_ms"], json!(2_400_000), "{s}");
+}
 
-    // The emergency switch reaches health.
+/// The emergency switch, clicked on the page, reaches health.
+async fn the_emergency_switch_reaches_health(b: &Browser, base: &str) {
     b.click("#emergency").await;
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let h = health(&p.base).await.expect("health");
+        let h = health(base).await.expect("health");
         if h["emergency_fallback"]["enabled"] == json!(true) {
             break;
         }
@@ -274,6 +285,13 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     b.screenshot("flags").await;
-    // End the browser (dropping the driver would leave it to the driver's own exit).
-    wd("DELETE", &b.at(""), &Value::Null).await;
+}
+
+/// `GET path` with the admin key, as JSON.
+async fn admin_get(base: &str, path: &str) -> Value {
+    json(
+        &send("GET", &format!("{base}{path}"), &[("x-ferroute-admin-key", KEY)], "", Duration::from_secs(5))
+            .await
+            .expect(path),
+    )
 }
