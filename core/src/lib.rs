@@ -27,6 +27,7 @@ pub mod session;
 pub mod settings;
 pub mod sse;
 pub mod strategy;
+pub mod timeline;
 pub mod tried;
 pub mod types;
 pub mod usage_limit;

@@ -1,9 +1,10 @@
 //! The dashboard in a real browser: Debian's headless Chromium driven over WebDriver
 //! (chromedriver) against the real binary. Logs in with the admin key; a breaker opening shows
 //! as OPEN within 2 s without a reload; a model lockout re-enabled with its button leaves the
-//! card and the API; an invalid setting shows its error beside the field and changes nothing; a
-//! valid one applies; the emergency switch reaches health; a wrong key is refused. Screenshots
-//! land in `target/dashboard/`.
+//! card and the API; a combo request shows its path, its answer in the rates, its pin (hashed)
+//! and the timeline; an invalid setting (the lockout card's, a breaker threshold) shows its error
+//! beside the field and changes nothing; a valid one applies; the emergency switch reaches
+//! health; a wrong key is refused. Screenshots of each view land in `target/dashboard/`.
 
 mod common;
 
@@ -177,7 +178,7 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("ferroute.toml");
     let text = format!(
-        "[server]\ndata_dir = \"data\"\nadmin_key = \"{KEY}\"\n[resilience.model_lockout]\nenabled = true\nbase_cooldown_ms = 600000\nmax_cooldown_ms = 1800000\n[[providers]]\nid = \"flaky\"\nclass = \"local\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"down\"]\n[[connections]]\nid = \"f1\"\nprovider = \"flaky\"\napi_key = \"sk-f1\"\n[[connections]]\nid = \"f2\"\nprovider = \"flaky\"\napi_key = \"sk-f2\"\n[[providers]]\nid = \"keys\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"busy\", \"fine\"]\n[[connections]]\nid = \"k1\"\nprovider = \"keys\"\napi_key = \"sk-1\"\n[emergency_fallback]\ntarget = \"keys/fine\"\n"
+        "[server]\ndata_dir = \"data\"\nadmin_key = \"{KEY}\"\n[resilience.model_lockout]\nenabled = true\nbase_cooldown_ms = 600000\nmax_cooldown_ms = 1800000\n[[providers]]\nid = \"flaky\"\nclass = \"local\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"down\"]\n[[connections]]\nid = \"f1\"\nprovider = \"flaky\"\napi_key = \"sk-f1\"\n[[connections]]\nid = \"f2\"\nprovider = \"flaky\"\napi_key = \"sk-f2\"\n[[providers]]\nid = \"keys\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"busy\", \"fine\"]\n[[connections]]\nid = \"k1\"\nprovider = \"keys\"\napi_key = \"sk-1\"\n[[combos]]\nname = \"team\"\ntargets = [\"flaky/down\", \"keys/fine\"]\n[resilience.session_affinity]\nttl_ms = 600000\n[emergency_fallback]\ntarget = \"keys/fine\"\n"
     );
     std::fs::write(&cfg, text).expect("config");
     let cfg_arg = cfg.display().to_string();
@@ -187,7 +188,9 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
     log_in(&b, &p.base).await;
     an_open_breaker_shows_live(&b, &p.base).await;
     a_lockout_is_re_enabled_from_its_row(&b, &p.base).await;
+    the_other_views_show_what_happened(&b, &p.base).await;
     settings_are_checked_then_applied(&b, &p.base).await;
+    other_settings_are_checked_then_applied(&b, &p.base).await;
     the_emergency_switch_reaches_health(&b, &p.base).await;
     // End the browser (dropping the driver would leave it to the driver's own exit).
     wd("DELETE", &b.at(""), &Value::Null).await;
@@ -244,7 +247,97 @@ async fn a_lockout_is_re_enabled_from_its_row(b: &Browser, base: &str) {
     // The page still has only its own script after drawing everything the gateway reported.
     // (The upstream's `<script>` error text does not reach the page: it shows error types and
     // codes only, and writes every value as text.)
-    assert_eq!(b.eval("return document.querySelectorAll('script').length").await, json!(1));
+    assert_eq!(b.eval("return document.querySelectorAll('script').length").await, json!(2));
+}
+
+/// A combo request with a session: its path in the combos view, its answer in the rates, its
+/// pin (hashed) in the sessions view, the open breaker on the timeline.
+async fn the_other_views_show_what_happened(b: &Browser, base: &str) {
+    let body = json!({"model": "team", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let r = send(
+        "POST",
+        &format!("{base}/v1/chat/completions"),
+        &[("content-type", "application/json"), ("x-session-id", "dashboard-session-1")],
+        &body,
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("combo request");
+    assert_eq!(r.status, 200, "{}", r.body);
+    b.until(
+        "the combo's path",
+        "const li = document.querySelector('.combo[data-combo=\"team\"] .paths li'); return li !== null && li.textContent.includes('keys/fine @ k1: served');",
+        Duration::from_secs(2),
+    )
+    .await;
+    assert_eq!(
+        b.eval(
+            "return document.querySelector('.combo[data-combo=\"team\"] tr[data-target=\"flaky/down\"]').textContent"
+        )
+        .await,
+        json!("flaky/downf1 — circuit_open, f2 — circuit_open"),
+        "the open breaker excludes both of flaky's keys"
+    );
+    b.eval("document.getElementById('combos').scrollIntoView()").await;
+    b.screenshot("combos").await;
+    b.until(
+        "the rates",
+        "const r = document.querySelector('#rates tr[data-provider=\"keys\"]'); return r !== null && Number(r.children[1].textContent) >= 1;",
+        Duration::from_secs(2),
+    )
+    .await;
+    let pins = b.eval("return [...document.querySelectorAll('#pins tbody tr')].map((r) => r.children[0].textContent + ' ' + r.children[2].textContent)").await;
+    let pins = pins.as_array().expect("pins").clone();
+    assert!(pins.iter().any(|p| p.as_str().is_some_and(|p| p.len() == 15 && p.ends_with(" k1"))), "{pins:?}");
+    assert!(!b.eval("return document.body.innerText").await.as_str().unwrap_or("").contains("dashboard-session-1"));
+    b.eval("document.getElementById('sessions').scrollIntoView()").await;
+    b.screenshot("sessions").await;
+    b.until(
+        "the timeline",
+        "const i = document.getElementById('timeline-img'); return i.complete && i.naturalWidth > 0 && i.src.startsWith('blob:');",
+        Duration::from_secs(2),
+    )
+    .await;
+    let svg = send(
+        "GET",
+        &format!("{base}/api/monitoring/timeline"),
+        &[("x-ferroute-admin-key", KEY)],
+        "",
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("timeline");
+    assert!(svg.body.contains(">breaker:flaky<") && svg.body.contains(">lock:keys/k1/busy<"), "{}", svg.body);
+    b.eval("document.getElementById('timeline').scrollIntoView()").await;
+    b.screenshot("timeline").await;
+}
+
+/// The settings besides the lockout card: an out-of-range breaker threshold shows its error
+/// beside its field and changes nothing; a valid one applies.
+async fn other_settings_are_checked_then_applied(b: &Browser, base: &str) {
+    let field = "#other-form input[data-path=\"breaker.api_key.failure_threshold\"]";
+    b.type_in(field, "0").await;
+    b.click("#other-save").await;
+    b.until(
+        "the field's error",
+        "return document.querySelector('#other-form .error[data-for=\"breaker.api_key.failure_threshold\"]').textContent.includes('out of range')",
+        Duration::from_secs(5),
+    )
+    .await;
+    b.eval("document.getElementById('other-form').scrollIntoView()").await;
+    b.screenshot("settings-other-invalid").await;
+    let s = admin_get(base, "/api/resilience/settings").await;
+    assert_eq!(s["effective"]["breaker"]["api_key"]["failure_threshold"], json!(12), "{s}");
+    b.type_in(field, "20").await;
+    b.click("#other-save").await;
+    b.until(
+        "the override shown",
+        "return document.getElementById('settings-status').textContent.includes('breaker.api_key.failure_threshold')",
+        Duration::from_secs(5),
+    )
+    .await;
+    let s = admin_get(base, "/api/resilience/settings").await;
+    assert_eq!(s["overrides"]["breaker"], json!({"api_key": {"failure_threshold": 20}}), "{s}");
 }
 
 /// An invalid setting: its error beside the field, nothing changed; a valid one applies.

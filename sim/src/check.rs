@@ -75,19 +75,7 @@ pub struct Violation {
 }
 
 /// A state the timeline shows (for the SVG).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Span {
-    /// Lane (`breaker:openai`, `conn:k1`, `lock:p/c/m`).
-    pub lane: String,
-    /// State name.
-    pub state: String,
-    /// From (sim ms).
-    pub from_ms: u64,
-    /// To (sim ms), if it ended.
-    pub to_ms: Option<u64>,
-    /// What a reader sees on hovering it (empty: the state and times).
-    pub note: String,
-}
+pub use ferroute_core::timeline::Span;
 
 /// Everything a run saw.
 #[derive(Debug, Default)]

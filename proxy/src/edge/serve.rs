@@ -93,6 +93,15 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
             Err(e) => e.into_response(),
         },
         ("/api/monitoring/events", _) => admin::method_not_allowed(&path, "GET"),
+        ("/api/monitoring/dashboard", &Method::GET) => match auth::admin(&gw.config, req.headers()) {
+            Ok(()) => crate::ops::overview::dashboard(&gw).await,
+            Err(e) => e.into_response(),
+        },
+        ("/api/monitoring/timeline", &Method::GET) => match auth::admin(&gw.config, req.headers()) {
+            Ok(()) => crate::ops::overview::timeline(&gw),
+            Err(e) => e.into_response(),
+        },
+        ("/api/monitoring/dashboard", _) | ("/api/monitoring/timeline", _) => admin::method_not_allowed(&path, "GET"),
         ("/api/resilience/settings", &Method::GET | &Method::PATCH | &Method::DELETE) => {
             match auth::admin(&gw.config, req.headers()) {
                 Ok(()) => crate::ops::settings::handle(serving, req).await,

@@ -9,15 +9,17 @@ use http::Response;
 
 const PAGE: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");
+const VIEWS: &str = include_str!("dashboard/views.js");
 const STYLE: &str = include_str!("dashboard/style.css");
 
-const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// The asset at `path` (`/dashboard`, `/dashboard/`, `/dashboard/app.js`, `/dashboard/style.css`).
+/// The asset at `path` (`/dashboard`, `/dashboard/`, `/dashboard/app.js`, `/dashboard/views.js`, `/dashboard/style.css`).
 pub fn asset(path: &str) -> Option<Response<Body>> {
     let (body, kind) = match path {
         "/dashboard" | "/dashboard/" => (PAGE, "text/html; charset=utf-8"),
         "/dashboard/app.js" => (SCRIPT, "text/javascript; charset=utf-8"),
+        "/dashboard/views.js" => (VIEWS, "text/javascript; charset=utf-8"),
         "/dashboard/style.css" => (STYLE, "text/css; charset=utf-8"),
         _ => return None,
     };

@@ -1,5 +1,5 @@
 //! Operating the gateway: the [`admin`] API (health, resets, lockouts, the emergency switch),
-//! the operator's [`dashboard`], the [`events`] stream of state changes, runtime [`settings`] overrides,
+//! the operator's [`dashboard`] and what it reads beyond health ([`overview`]), the [`events`] stream of state changes, runtime [`settings`] overrides,
 //! config [`reload`] without a restart, and the built-in [`demo`] provider the embedded
 //! defaults serve.
 //!
@@ -12,5 +12,6 @@ pub mod dashboard;
 pub mod demo;
 pub mod events;
 pub mod overrides;
+pub mod overview;
 pub mod reload;
 pub mod settings;

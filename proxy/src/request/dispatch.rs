@@ -10,7 +10,9 @@ use crate::request::plan::{Preps, slot};
 use crate::request::refuse::{Report, finish, no_target, recovery};
 use crate::request::resolve::Plan;
 use crate::request::upstream::{Failure, Step, attempt_once, failure_error};
+use crate::state::clock::rfc3339;
 use crate::state::gateway::Gateway;
+use crate::state::history::paths::{Path, Step as PathStep};
 use ferroute_core::engine::{Exclusion, Route, Selection};
 use ferroute_core::strategy::Ask;
 use ferroute_core::tried::Tried;
@@ -20,13 +22,39 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Runs the request along its plan and answers.
+/// Runs the request along its plan and answers; a combo's request leaves its path (each
+/// attempt's target, connection and result) for the dashboard.
 pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
     gw: Arc<Gateway<C>>,
     plan: Plan,
     inbound: &Inbound,
     preps: &mut Preps,
     ask: Ask,
+) -> Response<Body> {
+    if !plan.combo {
+        return run(gw, plan, inbound, preps, ask, None).await;
+    }
+    let combo = plan.key.clone();
+    let mut steps = Vec::new();
+    let resp = run(Arc::clone(&gw), plan, inbound, preps, ask, Some(&mut steps)).await;
+    let path = Path { at: rfc3339(gw.clock.wall_now_ms()), status: resp.status().as_u16(), steps };
+    gw.history.paths().add(&combo, path);
+    resp
+}
+
+fn step(steps: &mut Option<&mut Vec<PathStep>>, target: &str, connection: &str, result: String) {
+    if let Some(s) = steps {
+        s.push(PathStep { target: target.to_owned(), connection: connection.to_owned(), result });
+    }
+}
+
+async fn run<C: Connect + Clone + Send + Sync + 'static>(
+    gw: Arc<Gateway<C>>,
+    plan: Plan,
+    inbound: &Inbound,
+    preps: &mut Preps,
+    ask: Ask,
+    mut steps: Option<&mut Vec<PathStep>>,
 ) -> Response<Body> {
     let shape = exchange::error_shape(inbound.api);
     let combo = plan.combo;
@@ -69,6 +97,7 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
                         // M8: a short transient cooldown ends the set; wait it out and go again.
                         tracing::info!(combo = %plan.key, wait_ms = wait.as_millis() as u64, waits, "waiting for a cooldown before retrying the combo");
                         gw.observe(now, crate::state::gateway::Observed::ComboWait { combo: &plan.key, wait });
+                        step(&mut steps, "", "", format!("waited {} ms", wait.as_millis()));
                         let until = tokio::time::Instant::from_std(now + wait);
                         tokio::time::sleep_until(until).await;
                         waits += 1;
@@ -81,6 +110,7 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
                         emergency_used = true;
                         if prepare_for(&gw, &e, inbound, preps) {
                             tracing::warn!(combo = %plan.key, target = ?e.pool, "every combo target failed or is excluded; using the emergency target");
+                            step(&mut steps, "", "", "emergency target".to_owned());
                             plan = e;
                             tried.new_round();
                             round += 1;
@@ -108,7 +138,9 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
                 request,
             },
         );
-        report.order.push(format!("{}/{}", provider.id, target.model));
+        let shown = format!("{}/{}", provider.id, target.model);
+        let connection_id = connection.id.clone();
+        report.order.push(shown.clone());
         // A provider-level failure is not counted when the next target is on the same provider.
         let same_provider_next = plan.combo
             && plan.targets.iter().enumerate().any(|(i, t)| {
@@ -136,6 +168,7 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
         };
         match attempt_once(attempt, inbound, prep, &plan.key).await {
             Step::Done(mut resp) => {
+                step(&mut steps, &shown, &connection_id, "served".to_owned());
                 if combo {
                     report.attempted = tried.attempts() + 1;
                     report.excluded = excluded(&gw, &plan);
@@ -145,10 +178,17 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
             }
             Step::Fallback(f) => {
                 tracing::info!(provider = %provider.id, connection = %connection.id, status = f.decision.status, reason = f.decision.reason.as_str(), "attempt failed");
+                step(
+                    &mut steps,
+                    &shown,
+                    &connection_id,
+                    format!("{} {}", f.decision.status, f.decision.reason.as_str()),
+                );
                 tried.failed(index, &connection.id, Some(&f.decision));
                 last = Some(f);
             }
             Step::Fail(e, conn) => {
+                step(&mut steps, &shown, &conn, format!("{} {}", e.status, e.code));
                 let mut resp = finish(&gw, e, Some(&conn), shape);
                 if combo {
                     report.attempted = tried.attempts() + 1;
@@ -156,7 +196,7 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
                 }
                 return resp;
             }
-            Step::Excluded => {}
+            Step::Excluded => step(&mut steps, &shown, &connection_id, "excluded while queued".to_owned()),
         }
     }
     end(&gw, &plan, combo, last, None, &mut report, tried.attempts(), shape)

@@ -123,7 +123,7 @@ pub fn finish(
     shape: ErrorShape,
 ) -> Response<Body> {
     let provider = e.extra.get("provider").and_then(|p| p.as_str()).unwrap_or("").to_owned();
-    gw.metrics.request(e.status, &provider);
+    gw.count_answer(e.status, &provider);
     let mut resp = e.into_response_as(shape);
     if let Some(c) = connection.filter(|c| !c.is_empty())
         && let Ok(v) = HeaderValue::from_str(c)

@@ -313,7 +313,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             );
         }
         if inbound.stream && is_sse {
-            gw.metrics.request(status.as_u16(), &provider.id);
+            gw.count_answer(status.as_u16(), &provider.id);
             let fin = Finalizer::new(
                 attempt,
                 vec![Some(queue_slot), share_slot].into_iter().flatten().collect::<Vec<Slot<C>>>(),
@@ -356,7 +356,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         };
         attempt.record(AttemptOutcome::Success);
         drop((queue_slot, share_slot));
-        gw.metrics.request(status.as_u16(), &provider.id);
+        gw.count_answer(status.as_u16(), &provider.id);
         let mut out = Response::new(full(bytes));
         *out.status_mut() = parts.status;
         let same = exchange::wire(inbound.api) == provider.format && inbound.responses.is_none();

@@ -9,7 +9,7 @@
 //! An ended lease stays readable (its state, for `status`) for [`RETAIN`]; SQLite keeps them.
 
 use crate::replicas::shared_store::{LeaseReply, SharedStore, StoreError};
-use crate::sessions::lease_store::{Acquired, NoCapacity};
+use crate::sessions::lease_store::{Acquired, ActiveLease, NoCapacity};
 use ferroute_core::session::lease::{Lease, LeaseState};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,19 +18,6 @@ use std::time::Duration;
 pub const TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an ended lease stays readable.
 pub const RETAIN: Duration = Duration::from_secs(24 * 3600);
-
-/// One active lease as the store lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActiveLease {
-    /// SHA-256 (hex) of the owner id.
-    pub owner_hash: String,
-    /// Its generation.
-    pub generation: u64,
-    /// The client key's id.
-    pub key_id: String,
-    /// The leased connection.
-    pub connection: String,
-}
 
 /// The leases of every replica sharing one store.
 #[derive(Clone)]

@@ -8,6 +8,19 @@ use ferroute_core::session::lease::{Lease, LeaseState};
 use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
 use std::time::Duration;
 
+/// One active lease as the store lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveLease {
+    /// SHA-256 (hex) of the owner id.
+    pub owner_hash: String,
+    /// Its generation.
+    pub generation: u64,
+    /// The client key's id.
+    pub key_id: String,
+    /// The leased connection.
+    pub connection: String,
+}
+
 /// Why an acquire found nothing free.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NoCapacity {
@@ -211,7 +224,26 @@ impl Store {
         })
     }
 
-    /// Active leases at `now_ms` (counted, never listed: owners stay private).
+    /// Active leases at `now_ms`, oldest first, by owner hash (the owners themselves are never
+    /// stored).
+    pub fn list_leases(&self, now_ms: u64) -> Result<Vec<ActiveLease>, StoreError> {
+        let conn = self.lock();
+        let mut st = conn.prepare(
+            "SELECT owner_hash, generation, key_id, connection FROM leases
+             WHERE state = 'ACTIVE' AND expires_at_ms > ?1 ORDER BY generation",
+        )?;
+        let rows = st.query_map(params![now_ms as i64], |r| {
+            Ok(ActiveLease {
+                owner_hash: r.get(0)?,
+                generation: r.get::<_, i64>(1)?.max(0) as u64,
+                key_id: r.get(2)?,
+                connection: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// How many leases are active at `now_ms`.
     pub fn active_leases(&self, now_ms: u64) -> Result<u64, StoreError> {
         let conn = self.lock();
         let n: i64 = conn.query_row(

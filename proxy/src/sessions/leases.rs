@@ -151,6 +151,17 @@ impl LeaseBackend<'_> {
         .await
     }
 
+    /// The leases active at `now_ms` (by owner hash).
+    pub async fn list(&self, now_ms: u64) -> Result<Vec<crate::sessions::lease_store::ActiveLease>, String> {
+        interleave::call("lease.list", async {
+            match self {
+                LeaseBackend::Sqlite(s) => s.list_leases(now_ms).map_err(|e| e.to_string()),
+                LeaseBackend::Shared(r) => r.active(now_ms).await.map_err(|e| e.to_string()),
+            }
+        })
+        .await
+    }
+
     /// How many leases are active at `now_ms`.
     pub async fn active(&self, now_ms: u64) -> Result<u64, String> {
         interleave::call("lease.active", async {

@@ -67,8 +67,13 @@ function drawConnections() {
   for (const l of health.model_lockouts) (locks[l.connection] = locks[l.connection] || []).push(l.model);
   $('connections-table').tBodies[0].replaceChildren(...health.connections.map((c) => {
     const err = [c.last_error_type, c.last_error_code].filter((x) => x != null).join(' ');
+    const load = (overview && overview.connections.find((x) => x.id === c.id)) || {};
+    const lane = c.usage_limit ? c.usage_limit.lane : '';
+    const clear = (locks[c.id] || []).length
+      ? button('Re-enable models', () => reenable({ provider: c.provider, connection: c.id })) : '';
     const tr = row([c.id, c.provider, breaker[c.provider], c.status, c.backoff_level,
-      c.rate_limited_until || '', err, (locks[c.id] || []).join(', ')]);
+      c.rate_limited_until || '', err, (locks[c.id] || []).join(', '), lane,
+      load.in_flight, load.queued, load.pins, clear]);
     tr.dataset.connection = c.id;
     return tr;
   }));
@@ -97,10 +102,17 @@ async function refresh() {
   if (r.status !== 200 || !r.data) return;
   health = r.data;
   health.fetched = Date.now();
+  await refreshOverview();
   drawProviders();
   drawConnections();
   drawLockouts();
   drawFlags();
+}
+
+async function resetAll() {
+  const r = await api('POST', '/api/resilience/reset');
+  $('reset-error').textContent = r.status === 200 ? '' : (r.data && r.data.error ? r.data.error.message : 'failed');
+  refresh();
 }
 
 function soon() {
@@ -109,8 +121,9 @@ function soon() {
 }
 
 async function reenable(l) {
-  const r = await api('DELETE', '/api/resilience/model-cooldowns',
-    { provider: l.provider, connection: l.connection, model: l.model });
+  const which = { provider: l.provider, connection: l.connection };
+  if (l.model) which.model = l.model;
+  const r = await api('DELETE', '/api/resilience/model-cooldowns', which);
   $('lockouts-error').textContent = r.status === 200 ? '' : (r.data && r.data.error ? r.data.error.message : 'failed');
   refresh();
 }
@@ -126,7 +139,8 @@ async function loadSettings() {
     if (input.type === 'checkbox') input.checked = !!m[f];
     else input.value = Array.isArray(m[f]) ? m[f].join(', ') : m[f];
   }
-  const overridden = r.data.overrides.model_lockout ? Object.keys(r.data.overrides.model_lockout) : [];
+  const overridden = overriddenPaths(r.data.overrides, [], []);
+  drawOtherSettings(r.data.effective, r.data.overrides);
   $('settings-status').textContent = overridden.length
     ? 'Overridden at runtime: ' + overridden.join(', ') : 'As in the config file.';
 }
@@ -248,6 +262,9 @@ document.addEventListener('DOMContentLoaded', () => {
   $('lockout-form').addEventListener('submit', saveSettings);
   $('settings-reset').addEventListener('click', resetSettings);
   $('emergency').addEventListener('change', switchEmergency);
+  $('other-form').addEventListener('submit', saveOtherSettings);
+  $('reset-all').addEventListener('click', resetAll);
+  setInterval(() => { if (key && !$('app').hidden) loadTimeline(); }, 30000);
   setInterval(() => { if (health) drawProviders(); }, 1000);
   if (key) login();
 });

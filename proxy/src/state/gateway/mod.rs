@@ -140,6 +140,8 @@ pub struct Gateway<C> {
     pub accounts: Arc<Accounts>,
     /// The operator's feed of state changes.
     pub feed: Arc<crate::state::feed::Feed>,
+    /// The recent past the dashboard shows: answer rates, the last hour, combo paths.
+    pub history: Arc<crate::state::history::History>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -183,6 +185,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             requests: Arc::default(),
             replicas: Arc::default(),
             feed: Arc::default(),
+            history: Arc::default(),
         };
         gw.restore()?;
         gw.sync_accounts();
@@ -212,6 +215,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             requests: Arc::clone(&self.requests),
             replicas: Arc::clone(&self.replicas),
             feed: Arc::clone(&self.feed),
+            history: Arc::clone(&self.history),
         };
         gw.sync_accounts();
         gw
@@ -323,6 +327,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         for ev in &events {
             crate::state::event_log::log_event(ev, &self.clock);
             self.feed.engine_event(ev, &self.clock, now);
+            self.history.timeline().event(ev, self.clock.wall_ms(now), |i| self.clock.wall_ms(i));
             if let Event::Lane { connection, change } = ev {
                 let event = match change {
                     LaneChange::Accepted { .. } => "accepted".to_owned(),
@@ -431,6 +436,13 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     pub fn next_id(&self) -> String {
         let n = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         format!("{:x}{n:06x}", self.clock.wall_ms(self.clock.start()))
+    }
+
+    /// Counts a client's answer of `status` for `provider` (`""`: none), in the metrics and
+    /// the dashboard's rates.
+    pub fn count_answer(&self, status: u16, provider: &str) {
+        self.metrics.request(status, provider);
+        self.history.rates().add(self.clock.wall_now_ms() / 60_000, provider, status);
     }
 
     /// A number for one client request, for observers (unique in this process).
