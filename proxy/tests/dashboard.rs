@@ -192,8 +192,55 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
     settings_are_checked_then_applied(&b, &p.base).await;
     other_settings_are_checked_then_applied(&b, &p.base).await;
     the_emergency_switch_reaches_health(&b, &p.base).await;
+    drop(p);
+    five_hundred_connections_and_two_thousand_lockouts_render_within_a_second(&b).await;
     // End the browser (dropping the driver would leave it to the driver's own exit).
     wd("DELETE", &b.at(""), &Value::Null).await;
+}
+
+/// A second gateway with 500 connections, 2 000 of whose (connection, model) pairs are locked
+/// (each request tries 100 connections, each answers 404, each 404 locks the model there):
+/// the page, opened afresh, has drawn every row within a second of navigating to it.
+async fn five_hundred_connections_and_two_thousand_lockouts_render_within_a_second(b: &Browser) {
+    let mut upstream_script = ScriptedUpstream::new();
+    for m in 0..4 {
+        upstream_script = upstream_script
+            .route(&format!("m{m}"), Script::always(Behaviour::status(404, r#"{"error":{"message":"no such model"}}"#)));
+    }
+    let (addr, _) = upstream(upstream_script).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut text = format!(
+        "[server]\nadmin_key = \"{KEY}\"\n[resilience.routing]\nmax_attempts = 100\n[resilience.model_lockout]\nenabled = true\nbase_cooldown_ms = 600000\n[[providers]]\nid = \"big\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m0\", \"m1\", \"m2\", \"m3\"]\n"
+    );
+    for c in 0..500 {
+        text.push_str(&format!("[[connections]]\nid = \"c{c:03}\"\nprovider = \"big\"\napi_key = \"sk-{c}\"\n"));
+    }
+    let cfg = dir.path().join("ferroute.toml");
+    std::fs::write(&cfg, text).expect("config");
+    let cfg_arg = cfg.display().to_string();
+    let p = spawn(&["--config", &cfg_arg], dir.path()).await;
+    for m in 0..4 {
+        for _ in 0..5 {
+            assert_eq!(chat_at(&p.base, &format!("big/m{m}")).await.status, 404);
+        }
+    }
+    let locks = admin_get(&p.base, "/api/resilience/model-cooldowns").await;
+    assert_eq!(locks["items"].as_array().map(Vec::len), Some(2_000), "2 000 lockouts");
+    // A new origin (another port): put the key in its session storage, then open the page
+    // afresh; it logs in by itself.
+    b.go(&format!("{}/dashboard", p.base)).await;
+    b.eval(&format!("sessionStorage.setItem('ferroute-admin-key', '{KEY}')")).await;
+    b.go(&format!("{}/dashboard", p.base)).await;
+    b.until(
+        "every row",
+        "return document.querySelectorAll('#lockouts tbody tr').length === 2000 && document.querySelectorAll('#connections-table tbody tr').length === 500 && document.body.dataset.drawnMs !== undefined",
+        Duration::from_secs(10),
+    )
+    .await;
+    let drawn = b.eval("return Number(document.body.dataset.drawnMs)").await.as_f64().unwrap_or(f64::MAX);
+    eprintln!("500 connections and 2 000 lockouts drawn {drawn:.0} ms after navigating to the page");
+    assert!(drawn < 1_000.0, "drawn {drawn} ms after navigating");
+    b.screenshot("large").await;
 }
 
 /// A wrong key is refused on the login form; the right one shows the providers, live.

@@ -65,9 +65,11 @@ function drawConnections() {
   for (const p of health.providers) breaker[p.id] = p.state;
   const locks = {};
   for (const l of health.model_lockouts) (locks[l.connection] = locks[l.connection] || []).push(l.model);
+  const loads = {};
+  if (overview) for (const x of overview.connections) loads[x.id] = x;
   $('connections-table').tBodies[0].replaceChildren(...health.connections.map((c) => {
     const err = [c.last_error_type, c.last_error_code].filter((x) => x != null).join(' ');
-    const load = (overview && overview.connections.find((x) => x.id === c.id)) || {};
+    const load = loads[c.id] || {};
     const lane = c.usage_limit ? c.usage_limit.lane : '';
     const clear = (locks[c.id] || []).length
       ? button('Re-enable models', () => reenable({ provider: c.provider, connection: c.id })) : '';
@@ -107,6 +109,8 @@ async function refresh() {
   drawConnections();
   drawLockouts();
   drawFlags();
+  // When the page last finished drawing (ms after navigation), for the render-time check.
+  document.body.dataset.drawnMs = String(Math.round(performance.now()));
 }
 
 async function resetAll() {
