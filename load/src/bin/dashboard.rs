@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Measure the dashboard's latency with the gateway idle and saturated.
 #[derive(Parser, Debug)]
-#[command(name = "dashboard", about)]
+#[command(name = "dashboard")]
 struct Cli {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 10.0)]
@@ -43,12 +43,15 @@ async fn main() -> anyhow::Result<()> {
     let data = std::env::temp_dir().join(format!("ferroute-dashboard-load-{}", std::process::id()));
     let gw = start_gateway_with(Some(up), &data, &format!("[server]\nadmin_key = \"{KEY}\"\n")).await?;
     let admin = vec![("x-ferroute-admin-key", KEY.to_owned())];
-    let endpoints: [(&str, Vec<(&'static str, String)>); 5] = [
+    let endpoints: [(&str, Vec<(&'static str, String)>); 8] = [
         ("/dashboard", Vec::new()),
         ("/dashboard/app.js", Vec::new()),
+        ("/dashboard/views.js", Vec::new()),
         ("/api/monitoring/health", Vec::new()),
         ("/api/resilience/settings", admin.clone()),
-        ("/api/resilience/model-cooldowns", admin),
+        ("/api/resilience/model-cooldowns", admin.clone()),
+        ("/api/monitoring/dashboard", admin.clone()),
+        ("/api/monitoring/timeline", admin),
     ];
     let proxied = format!("http://{gw}/v1/chat/completions");
     // Warm the paths.

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// Measure ferroute's added latency and throughput against the bare upstream and a bare
 /// pass-through.
 #[derive(Parser, Debug)]
-#[command(name = "overhead", about)]
+#[command(name = "overhead")]
 struct Cli {
     /// Fixed rates (requests per second).
     #[arg(long, value_delimiter = ',', default_value = "500,1000,2000")]

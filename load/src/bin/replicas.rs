@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 /// Measure the propagation of state changes between two ferroute replicas through Redis.
 #[derive(Parser, Debug)]
-#[command(name = "replicas", about)]
+#[command(name = "replicas")]
 struct Cli {
     /// State changes to measure.
     #[arg(long, default_value_t = 1000)]

@@ -24,7 +24,7 @@ enum Target {
 
 /// Send COUNT requests and exit.
 #[derive(Parser, Debug)]
-#[command(name = "requests", about)]
+#[command(name = "requests")]
 struct Cli {
     /// The hop.
     #[arg(long, value_enum)]

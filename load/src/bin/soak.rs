@@ -9,7 +9,7 @@ use load::soak::{SoakOptions, THRESHOLDS_BREACHED, parse_duration, run};
 
 /// Soak the gateway's health endpoint.
 #[derive(Parser, Debug)]
-#[command(name = "soak", about)]
+#[command(name = "soak")]
 struct Cli {
     /// A running gateway (loopback only); without it the soak starts one in-process.
     #[arg(long, env = "BASE_URL")]
