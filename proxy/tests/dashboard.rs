@@ -4,7 +4,8 @@
 //! card and the API; a combo request shows its path, its answer in the rates, its pin (hashed)
 //! and the timeline; an invalid setting (the lockout card's, a breaker threshold) shows its error
 //! beside the field and changes nothing; a valid one applies; the emergency switch reaches
-//! health; a wrong key is refused. Screenshots of each view land in `target/dashboard/`.
+//! health; both survive a restart; a wrong key is refused; 500 connections and 2 000 lockouts
+//! are drawn within a second. Screenshots of each view land in `target/dashboard/`.
 
 mod common;
 
@@ -193,9 +194,40 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
     other_settings_are_checked_then_applied(&b, &p.base).await;
     the_emergency_switch_reaches_health(&b, &p.base).await;
     drop(p);
+    let p = spawn(&["--config", &cfg_arg], dir.path()).await;
+    settings_and_the_switch_survive_a_restart(&b, &p.base).await;
+    drop(p);
     five_hundred_connections_and_two_thousand_lockouts_render_within_a_second(&b).await;
     // End the browser (dropping the driver would leave it to the driver's own exit).
     wd("DELETE", &b.at(""), &Value::Null).await;
+}
+
+/// Opens the page of a gateway on a new origin, logged in (the key put in its session storage).
+async fn open_logged_in(b: &Browser, base: &str) {
+    b.go(&format!("{base}/dashboard")).await;
+    b.eval(&format!("sessionStorage.setItem('ferroute-admin-key', '{KEY}')")).await;
+    b.go(&format!("{base}/dashboard")).await;
+}
+
+/// The same gateway restarted (same config, same data directory): the page shows both runtime
+/// overrides and the emergency switch still on.
+async fn settings_and_the_switch_survive_a_restart(b: &Browser, base: &str) {
+    open_logged_in(b, base).await;
+    b.until(
+        "the overrides after the restart",
+        "const t = document.getElementById('settings-status').textContent; return t.includes('model_lockout.max_cooldown_ms') && t.includes('breaker.api_key.failure_threshold');",
+        Duration::from_secs(5),
+    )
+    .await;
+    b.until(
+        "the switch after the restart",
+        "return document.getElementById('emergency').checked === true",
+        Duration::from_secs(5),
+    )
+    .await;
+    let s = admin_get(base, "/api/resilience/settings").await;
+    assert_eq!(s["effective"]["breaker"]["api_key"]["failure_threshold"], json!(20), "{s}");
+    assert_eq!(s["effective"]["model_lockout"]["max_cooldown_ms"], json!(2_400_000), "{s}");
 }
 
 /// A second gateway with 500 connections, 2 000 of whose (connection, model) pairs are locked
@@ -204,8 +236,10 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
 async fn five_hundred_connections_and_two_thousand_lockouts_render_within_a_second(b: &Browser) {
     let mut upstream_script = ScriptedUpstream::new();
     for m in 0..4 {
-        upstream_script = upstream_script
-            .route(&format!("m{m}"), Script::always(Behaviour::status(404, r#"{"error":{"message":"no such model"}}"#)));
+        upstream_script = upstream_script.route(
+            &format!("m{m}"),
+            Script::always(Behaviour::status(404, r#"{"error":{"message":"no such model"}}"#)),
+        );
     }
     let (addr, _) = upstream(upstream_script).await;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -226,11 +260,8 @@ async fn five_hundred_connections_and_two_thousand_lockouts_render_within_a_seco
     }
     let locks = admin_get(&p.base, "/api/resilience/model-cooldowns").await;
     assert_eq!(locks["items"].as_array().map(Vec::len), Some(2_000), "2 000 lockouts");
-    // A new origin (another port): put the key in its session storage, then open the page
-    // afresh; it logs in by itself.
-    b.go(&format!("{}/dashboard", p.base)).await;
-    b.eval(&format!("sessionStorage.setItem('ferroute-admin-key', '{KEY}')")).await;
-    b.go(&format!("{}/dashboard", p.base)).await;
+    // A new origin (another port): the page opened afresh, logged in by itself.
+    open_logged_in(b, &p.base).await;
     b.until(
         "every row",
         "return document.querySelectorAll('#lockouts tbody tr').length === 2000 && document.querySelectorAll('#connections-table tbody tr').length === 500 && document.body.dataset.drawnMs !== undefined",
@@ -291,10 +322,19 @@ async fn a_lockout_is_re_enabled_from_its_row(b: &Browser, base: &str) {
     let listed = admin_get(base, "/api/resilience/model-cooldowns").await;
     let items = listed["items"].as_array().expect("items");
     assert!(!items.is_empty() && items.iter().all(|l| l["model"] != "busy"), "only busy re-enabled: {listed}");
-    // The page still has only its own script after drawing everything the gateway reported.
-    // (The upstream's `<script>` error text does not reach the page: it shows error types and
-    // codes only, and writes every value as text.)
+    // The upstream's error text, `<script>` and all, shows as text beside k1; the page still
+    // has only its own two scripts.
+    b.until(
+        "the upstream's words as text",
+        "const r = document.querySelector('#connections-table tr[data-connection=\"k1\"]'); return r !== null && r.children[6].textContent.includes('502 <script>alert(1)</script>');",
+        Duration::from_secs(2),
+    )
+    .await;
     assert_eq!(b.eval("return document.querySelectorAll('script').length").await, json!(2));
+    assert_eq!(
+        b.eval("return document.querySelectorAll('#connections-table script, #connections-table b').length").await,
+        json!(0)
+    );
 }
 
 /// A combo request with a session: its path in the combos view, its answer in the rates, its

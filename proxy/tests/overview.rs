@@ -147,6 +147,9 @@ async fn the_dashboard_api_shows_rates_combo_paths_pins_leases_and_the_last_hour
     // Load per connection: nothing in flight or queued now; k1 or k2 holds the pin.
     let conns = d["connections"].as_array().expect("connections");
     assert_eq!(conns.len(), 4);
+    assert_eq!(conns[0]["last_error"]["status"], 500, "{text}");
+    assert_eq!(conns[0]["last_error"]["message"], "boom", "the upstream's own words: {text}");
+    assert!(conns[2]["last_error"].is_null(), "k1 never failed: {text}");
     assert!(conns.iter().all(|c| c["in_flight"] == 0 && c["queued"] == 0), "{text}");
     assert_eq!(
         conns.iter().map(|c| c["pins"].as_u64().unwrap_or(0)).sum::<u64>(),

@@ -1,6 +1,7 @@
 //! What the dashboard reads beyond health (admin):
 //! - `GET /api/monitoring/dashboard`: answers and errors per provider and minute over the last
-//!   15 minutes; per connection the requests in flight and queued and its session pins; each
+//!   15 minutes; per connection the requests in flight and queued, its session pins and its
+//!   last error as the upstream worded it (cut to 300 characters); each
 //!   combo's targets with what excludes each connection now and its last request paths; the
 //!   session pins (session keys hashed) and the active leases (owners hashed, as stored).
 //! - `GET /api/monitoring/timeline`: the last hour of breaker, connection, lockout and lane
@@ -104,6 +105,7 @@ pub async fn dashboard<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<
                 "queued": queued,
                 "running": running,
                 "pins": pinned.get(c.id.as_str()).copied().unwrap_or(0),
+                "last_error": gw.history.last_error(&c.id),
             })
         })
         .collect();

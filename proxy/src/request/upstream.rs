@@ -417,6 +417,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         connection: conn_id.clone(),
         provider: provider.id.clone(),
     };
+    note_error(&gw, &conn_id, status.as_u16(), &failure.message);
     if failure.decision.should_fallback { Step::Fallback(failure) } else { Step::Fail(failure_error(failure), conn_id) }
 }
 
@@ -448,6 +449,17 @@ fn observe_response<C: Connect + Clone + Send + Sync + 'static, B>(
     }
 }
 
+/// Keeps a failed attempt's message as its connection's last error (for the dashboard).
+fn note_error<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    connection: &str,
+    status: u16,
+    message: &str,
+) {
+    let at = crate::state::clock::rfc3339(gw.clock.wall_now_ms());
+    gw.history.note_error(connection, crate::state::history::LastError { at, status, message: message.to_owned() });
+}
+
 /// How many tools the request offers.
 fn inbound_tools(inbound: &Inbound) -> usize {
     inbound.tools
@@ -467,6 +479,7 @@ fn transport_failure<C: Connect + Clone + Send + Sync + 'static>(attempt: &mut A
     let provider = attempt.gw.parts(&attempt.target).0.id.clone();
     let connection = attempt.gw.parts(&attempt.target).1.id.clone();
     tracing::warn!(%provider, %connection, %message, "upstream transport failure");
+    note_error(&attempt.gw, &connection, 0, &message);
     match attempt.record(AttemptOutcome::Transport) {
         Some(decision) => Step::Fallback(Failure { decision, message, connection, provider }),
         None => {

@@ -68,8 +68,9 @@ function drawConnections() {
   const loads = {};
   if (overview) for (const x of overview.connections) loads[x.id] = x;
   $('connections-table').tBodies[0].replaceChildren(...health.connections.map((c) => {
-    const err = [c.last_error_type, c.last_error_code].filter((x) => x != null).join(' ');
     const load = loads[c.id] || {};
+    const said = load.last_error ? load.last_error.status + ' ' + load.last_error.message : null;
+    const err = [c.last_error_type, c.last_error_code, said].filter((x) => x != null).join(' ');
     const lane = c.usage_limit ? c.usage_limit.lane : '';
     const clear = (locks[c.id] || []).length
       ? button('Re-enable models', () => reenable({ provider: c.provider, connection: c.id })) : '';
