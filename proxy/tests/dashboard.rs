@@ -450,6 +450,8 @@ async fn settings_are_checked_then_applied(b: &Browser, base: &str) {
     .await;
     let s = admin_get(base, "/api/resilience/settings").await;
     assert_eq!(s["effective"]["model_lockout"]["max_cooldown_ms"], json!(2_400_000), "{s}");
+    let h = health(base).await.expect("health");
+    assert_eq!(h["resilience_overrides"]["model_lockout"]["max_cooldown_ms"], json!(2_400_000), "health shows it: {h}");
 }
 
 /// The emergency switch, clicked on the page, reaches health.

@@ -57,7 +57,7 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
             Ok(_) => admin::models(&gw, req.headers().contains_key("anthropic-version")),
             Err(e) => e.into_response(),
         },
-        ("/api/monitoring/health", &Method::GET) => admin::health(&gw).await,
+        ("/api/monitoring/health", &Method::GET) => admin::health(&gw, serving.override_values()).await,
         ("/metrics", &Method::GET) => admin::metrics(&gw).await,
         ("/api/config/reload", &Method::POST) => match auth::admin(&gw.config, req.headers()) {
             Ok(()) => admin::reload(serving),

@@ -31,7 +31,12 @@ fn lockout_json(
 }
 
 /// `GET /api/monitoring/health`.
-pub async fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+/// `overrides` are the runtime overrides of `[resilience]` in force (shown as
+/// `resilience_overrides`).
+pub async fn health<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    overrides: serde_json::Value,
+) -> Response<Body> {
     let leases = crate::sessions::leases::active(gw).await;
     let now = gw.clock.now();
     let (providers, connections, lockouts, pins) = gw.with_engine(|e| {
@@ -114,6 +119,7 @@ pub async fn health<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>)
         "session_pins": pins,
         "leases": { "active": leases },
         "state": state_json(gw),
+        "resilience_overrides": overrides,
         "emergency_fallback": {
             "target": gw.config.emergency_fallback.target,
             "enabled": gw.emergency.load(std::sync::atomic::Ordering::Relaxed),

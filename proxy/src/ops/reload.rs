@@ -88,6 +88,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
         self.overrides.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The runtime overrides of `[resilience]` in force (a partial tree; `{}` for none).
+    pub fn override_values(&self) -> serde_json::Value {
+        self.overrides().values.clone()
+    }
+
     /// Serves `gw` from now on.
     pub(super) fn install(&self, gw: Gateway<C>) {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(gw);
