@@ -14,12 +14,14 @@
 //! | [`sessions`] | what a client or an account holds over time: leases and their stores, the usage-limit reset, egress IPs |
 //! | [`replicas`] | several gateways sharing state: the Redis store, the link every change is published through, the follower |
 //! | [`ops`] | operating the gateway: the admin API, config reload, the built-in demo provider |
+//! | [`recording`] | the flight recorder: attempt and request records, their rolling files, exports |
 //! | [`config`] | the typed configuration, its parsing and validation |
 //! | [`translate`] | pure request, answer and stream translation between the client APIs and provider formats |
 
 pub mod config;
 pub mod edge;
 pub mod ops;
+pub mod recording;
 pub mod replicas;
 pub mod request;
 pub mod sessions;

@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 use proxy::config::{Backend, Config, ConfigError, demo, field_error};
 use proxy::edge::serve::serve_live;
 use proxy::ops::reload::{Loader, Serving};
+use proxy::recording::export;
+use proxy::recording::record::Record;
 use proxy::state::clock::system_wall_ms;
 use proxy::{Persistence, build, https_connector};
 use std::path::PathBuf;
@@ -48,6 +50,52 @@ enum Command {
         #[command(subcommand)]
         action: AccountsCommand,
     },
+    /// The flight recorder's files ([recording]): cut a window into one file for `sim replay`.
+    /// Uses --config and --data-dir like the gateway to find them.
+    Recording {
+        #[command(subcommand)]
+        action: RecordingCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum RecordingCommand {
+    /// Writes the client requests that arrived from --since to --until, with their attempts,
+    /// into one gzip-compressed JSON-lines file.
+    Export {
+        /// From (Unix ms or RFC 3339, e.g. 2026-12-03T18:00:00Z; inclusive).
+        #[arg(long)]
+        since: String,
+        /// To (exclusive; the same forms).
+        #[arg(long)]
+        until: String,
+        /// The file to write.
+        #[arg(long, short, value_name = "FILE")]
+        out: PathBuf,
+        /// The recording directory, if not the config's.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+fn recording(cli: &Cli, action: &RecordingCommand) -> Result<String, String> {
+    let RecordingCommand::Export { since, until, out, dir } = action;
+    let (since, until) = (export::instant(since)?, export::instant(until)?);
+    if until <= since {
+        return Err("--until must be after --since".into());
+    }
+    let dir = match dir {
+        Some(d) => d.clone(),
+        None => {
+            let config = load(cli.config.as_ref()).map_err(|e| format!("{e:#}"))?;
+            let data_dir = cli.data_dir.clone().unwrap_or_else(|| PathBuf::from(&config.server.data_dir));
+            config.recording.dir(&data_dir.to_string_lossy())
+        }
+    };
+    let records = export::window(&dir, since, until).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    export::write(&records, out).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    let requests = records.iter().filter(|r| matches!(r, Record::Request(_))).count();
+    Ok(format!("{}: {requests} requests, {} attempts", out.display(), records.len() - requests))
 }
 
 #[derive(Subcommand, Debug)]
@@ -141,6 +189,18 @@ fn main() -> std::process::ExitCode {
                 }
                 Err(e) => {
                     eprintln!("ferroute accounts: {e}");
+                    std::process::ExitCode::from(2)
+                }
+            };
+        }
+        Some(Command::Recording { action }) => {
+            return match recording(&cli, action) {
+                Ok(out) => {
+                    println!("{out}");
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("ferroute recording: {e}");
                     std::process::ExitCode::from(2)
                 }
             };

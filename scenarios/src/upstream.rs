@@ -84,7 +84,8 @@ impl ScriptedUpstream {
         self
     }
 
-    /// Plays `script` for requests whose `model` is `model` (`*` matches any other).
+    /// Plays `script` for requests whose `model` is `model` (`*` matches any other;
+    /// `MODEL#KEY` only those that come with API key `KEY`, before `MODEL`).
     pub fn route(mut self, model: &str, script: Script) -> Self {
         self.routes.insert(model.to_owned(), script);
         self
@@ -143,6 +144,12 @@ impl ScriptedUpstream {
             *n - 1
         };
         let authorization = headers.get("authorization").cloned();
+        // The key the call came with: a route `MODEL#KEY` answers that key's calls only.
+        let key = authorization
+            .as_deref()
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .map(str::to_owned)
+            .or_else(|| headers.get("x-api-key").cloned());
         if let Ok(mut log) = self.log.lock() {
             if log.len() >= LOG_CAP {
                 log.remove(0);
@@ -160,7 +167,9 @@ impl ScriptedUpstream {
         {
             return Ok(crate::token_server::refusal());
         }
-        let scripted = self.routes.get(&route).or_else(|| if slow { self.routes.get(&model) } else { None });
+        let keyed = key.as_deref().and_then(|k| self.routes.get(&format!("{route}#{k}")));
+        let scripted =
+            keyed.or_else(|| self.routes.get(&route)).or_else(|| if slow { self.routes.get(&model) } else { None });
         let Some(script) = scripted.or_else(|| self.routes.get("*")) else {
             let msg = format!(
                 r#"{{"error":{{"message":"model {model} is not scripted","type":"invalid_request_error","code":"model_not_found"}}}}"#

@@ -11,6 +11,7 @@ mod expect;
 mod faults;
 pub mod net;
 mod oauth;
+pub mod replay;
 pub mod report;
 pub mod shared;
 pub mod store;

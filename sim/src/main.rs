@@ -1,4 +1,4 @@
-//! `cargo run -p sim -- …`: list, run, sweep, swarm, svg, bench.
+//! `cargo run -p sim -- …`: list, run, sweep, swarm, svg, bench, replay.
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -72,6 +72,52 @@ enum Command {
     },
     /// Measure simulated seconds per wall second on a one-hour, 10 000-request scenario.
     Bench,
+    /// Replay a recording (`ferroute recording export`) under the config it ran with and under
+    /// candidates; print them side by side with the replay's fidelity, and draw each run.
+    Replay {
+        /// The exported recording.
+        file: PathBuf,
+        /// The config the gateway ran with.
+        #[arg(long)]
+        config: PathBuf,
+        /// A candidate: the recorded config with KEY (a dotted path) set to VALUE; repeat to
+        /// set several in one candidate.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// One candidate per value: KEY=V1,V2,…
+        #[arg(long, value_name = "KEY=V1,V2")]
+        sweep: Vec<String>,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Where each run's SVG timeline goes.
+        #[arg(long, default_value = "replay")]
+        out: PathBuf,
+    },
+}
+
+/// `KEY=VALUE`.
+fn pair(s: &str) -> anyhow::Result<(String, String)> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
+        _ => bail!("`{s}` is not KEY=VALUE"),
+    }
+}
+
+/// The candidates `--set` and `--sweep` name.
+fn candidates(sets: &[String], sweeps: &[String]) -> anyhow::Result<Vec<sim::replay::Candidate>> {
+    let mut out = Vec::new();
+    if !sets.is_empty() {
+        let pairs = sets.iter().map(|s| pair(s)).collect::<anyhow::Result<Vec<_>>>()?;
+        out.push((sets.join(" "), pairs));
+    }
+    for sweep in sweeps {
+        let (key, values) = pair(sweep)?;
+        for v in values.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+            out.push((format!("{key}={v}"), vec![(key.clone(), v.to_owned())]));
+        }
+    }
+    Ok(out)
 }
 
 fn find(name: &str) -> anyhow::Result<Scenario> {
@@ -242,6 +288,25 @@ fn main() -> anyhow::Result<()> {
                 out.display(),
                 r.spans.len(),
                 if r.passed() { "passed" } else { "FAILED" }
+            );
+        }
+        Command::Replay { file, config, sets, sweep, seed, out } => {
+            let records =
+                proxy::recording::writer::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let rec = sim::replay::build::Recording::new(records).map_err(anyhow::Error::msg)?;
+            let text = std::fs::read_to_string(&config).with_context(|| format!("cannot read {}", config.display()))?;
+            let candidates = candidates(&sets, &sweep)?;
+            let report = sim::replay::replay(&rec, &text, &candidates, seed).map_err(anyhow::Error::msg)?;
+            print!("{}", sim::replay::render(&report));
+            std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+            for (i, run) in report.runs.iter().enumerate() {
+                let path = out.join(format!("run-{i}.svg"));
+                std::fs::write(&path, svg::render(run)).with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            println!(
+                "timelines: {}/run-0.svg (the recorded config) … run-{}.svg",
+                out.display(),
+                report.runs.len() - 1
             );
         }
         Command::Bench => {

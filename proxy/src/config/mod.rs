@@ -92,6 +92,7 @@ struct RawConfig {
     emergency_fallback: EmergencyConfig,
     resilience: Option<toml::Value>,
     state: StateConfig,
+    recording: RecordingConfig,
 }
 
 /// The loaded, validated config with secrets resolved.
@@ -115,6 +116,8 @@ pub struct Config {
     pub resilience: ResilienceSettings,
     /// `[state]`, with `url` resolved.
     pub state: StateConfig,
+    /// `[recording]`: the flight recorder.
+    pub recording: RecordingConfig,
     /// Whether the built-in demo provider was added (no provider configured).
     pub demo: bool,
 }
@@ -223,6 +226,7 @@ impl Config {
             warnings: Vec::new(),
             resilience,
             state,
+            recording: raw.recording,
             demo,
         };
         config.warnings = config.warnings();
@@ -232,6 +236,7 @@ impl Config {
 
     fn validate_into(&self, errors: &mut Vec<FieldError>) {
         self.state.validate_into(errors);
+        self.recording.validate_into(errors);
         self.validate_server(errors);
         self.validate_keys(errors);
         provider::validate(&self.providers, errors);
@@ -409,6 +414,7 @@ pub mod demo;
 mod error;
 pub mod oauth;
 mod provider;
+mod recording;
 mod state;
 
 pub use connection::{ConnectionConfig, UsageLimitConfig};
@@ -416,6 +422,7 @@ use error::err;
 pub use error::{ConfigError, field_error};
 pub use oauth::OAuthConfig;
 pub use provider::{Format, ProviderConfig};
+pub use recording::RecordingConfig;
 pub use state::{Backend, StateConfig};
 
 pub use combos::{ComboConfig, ComboTarget, EmergencyConfig, MAX_COMBO_DEPTH, MULTI_CALL};

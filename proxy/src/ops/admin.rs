@@ -296,6 +296,9 @@ pub async fn metrics<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>
             [("published", s.published()), ("applied", s.applied()), ("dropped", s.dropped()), ("error", s.errors())];
         gw.metrics.shared_state(s.reachable(), counts);
     }
+    if let Some(r) = &gw.recorder {
+        gw.metrics.recording(r.written(), r.dropped());
+    }
     let mut resp = Response::new(crate::edge::errors::full(gw.metrics.encode()));
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,

@@ -2,6 +2,8 @@
 //! exactly once (a dropped attempt records a neutral outcome), and the header that names what a
 //! translation dropped (the one naming the connection is [`crate::request::endpoint::SELECTED`]).
 
+use crate::recording::record::Record;
+use crate::recording::trace::Trace;
 use crate::request::resolve::Target;
 use crate::state::gateway::Gateway;
 use ferroute_core::breaker::Ticket;
@@ -27,6 +29,8 @@ pub struct Attempt<C: Connect + Clone + Send + Sync + 'static> {
     pub request: u64,
     /// The request's round (for observers).
     pub round: u32,
+    /// What the flight recorder keeps of it.
+    pub trace: Trace,
 }
 
 impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
@@ -43,6 +47,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
             now,
             crate::state::gateway::Observed::Outcome { provider: &provider.id, connection: &connection.id, kind },
         );
+        let recorded = gw.recorder.as_ref().map(|_| outcome);
         let d = gw.with_engine(|e| {
             e.record(
                 now,
@@ -55,7 +60,15 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
                 Some(wall),
             )
         });
-        gw.settle();
+        let events = gw.settle();
+        if let (Some(recorder), Some(outcome)) = (&gw.recorder, recorded) {
+            let target = (provider.id.as_str(), connection.id.as_str(), self.target.model.as_str());
+            if let Some(r) =
+                self.trace.record(&gw.clock, now, (self.request, self.round), target, &outcome, d.as_ref(), &events)
+            {
+                recorder.record(Record::Attempt(Box::new(r)));
+            }
+        }
         d
     }
 }

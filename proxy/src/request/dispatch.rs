@@ -4,6 +4,8 @@
 //! (M8), then try the emergency target once (M16), then answer with what happened.
 
 use crate::edge::errors::{Body, ErrorShape, ProxyError, Source};
+use crate::recording::record::{Record, RequestRecord, class_of};
+use crate::recording::trace::Trace;
 use crate::request::attempt::Attempt;
 use crate::request::exchange::{self, Inbound};
 use crate::request::plan::{Preps, slot};
@@ -14,6 +16,7 @@ use crate::state::clock::rfc3339;
 use crate::state::gateway::Gateway;
 use crate::state::history::paths::{Path, Step as PathStep};
 use ferroute_core::engine::{Exclusion, Route, Selection};
+use ferroute_core::session::key::sha256_hex;
 use ferroute_core::strategy::Ask;
 use ferroute_core::tried::Tried;
 use http::Response;
@@ -31,14 +34,29 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
     preps: &mut Preps,
     ask: Ask,
 ) -> Response<Body> {
-    if !plan.combo {
-        return run(gw, plan, inbound, preps, ask, None).await;
-    }
-    let combo = plan.key.clone();
+    let arrived = gw.clock.wall_now_ms();
+    let request = gw.next_request();
+    let (combo, key) = (plan.combo, plan.key.clone());
     let mut steps = Vec::new();
-    let resp = run(Arc::clone(&gw), plan, inbound, preps, ask, Some(&mut steps)).await;
-    let path = Path { at: rfc3339(gw.clock.wall_now_ms()), status: resp.status().as_u16(), steps };
-    gw.history.paths().add(&combo, path);
+    let resp = run(Arc::clone(&gw), plan, inbound, preps, ask, request, combo.then_some(&mut steps)).await;
+    let status = resp.status().as_u16();
+    let now = gw.clock.wall_now_ms();
+    if combo {
+        gw.history.paths().add(&key, Path { at: rfc3339(now), status, steps });
+    }
+    if let Some(recorder) = &gw.recorder {
+        recorder.record(Record::Request(RequestRecord {
+            request,
+            at_ms: arrived,
+            answered_ms: now,
+            api: exchange::api_name(inbound.api).to_owned(),
+            model: key,
+            stream: inbound.stream,
+            session: inbound.session.as_deref().map(|s| sha256_hex(s.as_bytes())),
+            status,
+            class: class_of(status),
+        }));
+    }
     resp
 }
 
@@ -54,6 +72,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
     inbound: &Inbound,
     preps: &mut Preps,
     ask: Ask,
+    request: u64,
     mut steps: Option<&mut Vec<PathStep>>,
 ) -> Response<Body> {
     let shape = exchange::error_shape(inbound.api);
@@ -64,8 +83,8 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
     let mut last: Option<Failure> = None;
     let (mut waits, mut waited) = (0u32, Duration::ZERO);
     let mut emergency_used = false;
-    let request = gw.next_request();
     let mut round = 0u32;
+    let api = exchange::api_name(inbound.api);
     // An attempt that became ineligible while queued is not an upstream attempt, so the
     // budget alone does not bound the loop.
     let max_attempts = gw.config.resilience.routing.max_attempts.max(1) as usize;
@@ -156,6 +175,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
             same_provider_next,
             request,
             round,
+            trace: Trace::new(api, combo.then(|| Arc::from(plan.key.as_str())), inbound.stream),
         };
         let Some(prep) = preps[slot(provider.format)].as_mut() else {
             // plan and prepare_for keep only targets with a prepared request.

@@ -221,16 +221,19 @@ impl<C: Connect + Clone + Send + Sync + 'static> RelayBody<C> {
 
     /// One upstream data frame.
     fn frame(&mut self, data: Bytes) {
-        let Some(fin) = &self.fin else { return };
+        let Some(fin) = self.fin.as_mut() else { return };
         let now = fin.attempt.gw.clock.now();
         let mut abort = false;
+        let mut events = 0u64;
         let (watchdog, down) = (&mut self.watchdog, &mut self.down);
         self.parser.feed(&data, |ev| {
+            events += 1;
             if let Verdict::Abort { .. } = watchdog.observe(now, classify_sse(ev.name, ev.data)) {
                 abort = true;
             }
             down.event(ev);
         });
+        fin.attempt.trace.frame(now, data.len(), events);
         self.out.extend(self.down.data(data));
         // Passed through, an oversized event still reaches the client byte for byte;
         // translated, it would be lost: end the stream saying so instead.

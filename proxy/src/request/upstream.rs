@@ -208,6 +208,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         };
         lane.sending(slow);
         started = gw.clock.now();
+        attempt.trace.sent(started);
         gw.observe(
             started,
             crate::state::gateway::Observed::Dispatch {
@@ -297,6 +298,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     // Another request's outcome may be recorded between this answer and its own.
     crate::state::interleave::point("upstream.before_outcome").await;
     let status = resp.status();
+    attempt.trace.answered(gw.clock.now(), status.as_u16(), resp.headers());
     observe_response(&gw, &target, &resp, started, status.is_success().then_some(route_key));
     if status.is_success() {
         let is_sse = resp
@@ -480,6 +482,7 @@ fn transport_failure<C: Connect + Clone + Send + Sync + 'static>(attempt: &mut A
     let connection = attempt.gw.parts(&attempt.target).1.id.clone();
     tracing::warn!(%provider, %connection, %message, "upstream transport failure");
     note_error(&attempt.gw, &connection, 0, &message);
+    attempt.trace.said(&message);
     match attempt.record(AttemptOutcome::Transport) {
         Some(decision) => Step::Fallback(Failure { decision, message, connection, provider }),
         None => {

@@ -59,6 +59,7 @@ pub struct Metrics {
     config_reloads: Family<One, Counter>,
     shared_state: Family<One, Counter>,
     shared_state_reachable: Gauge,
+    recording: Family<One, Counter>,
     /// Stream finalisations (each stream finalises exactly once).
     pub stream_finalizations: Counter,
     /// Streams started.
@@ -144,8 +145,15 @@ impl Metrics {
             "1 while the shared state store answers (always 0 without one)",
             shared_state_reachable.clone(),
         );
+        let recording = Family::<One, Counter>::default();
+        registry.register(
+            "recording_records",
+            "Flight recorder records ([recording]) by event: written, dropped (the queue was full)",
+            recording.clone(),
+        );
         Metrics {
             registry,
+            recording,
             shared_state,
             shared_state_reachable,
             config_reloads,
@@ -177,6 +185,14 @@ impl Metrics {
         self.shared_state_reachable.set(i64::from(reachable));
         for (event, total) in counts {
             let c = self.shared_state.get_or_create(&[("event", event.to_owned())]);
+            c.inc_by(total.saturating_sub(c.get()));
+        }
+    }
+
+    /// Brings the flight recorder's counters up to its own.
+    pub fn recording(&self, written: u64, dropped: u64) {
+        for (event, total) in [("written", written), ("dropped", dropped)] {
+            let c = self.recording.get_or_create(&[("event", event.to_owned())]);
             c.inc_by(total.saturating_sub(c.get()));
         }
     }

@@ -2,6 +2,7 @@
 //! the store, metrics and the upstream client.
 
 use crate::config::{Config, ConnectionConfig, ProviderConfig};
+use crate::recording::writer::Recorder;
 use crate::replicas::link::Replicas;
 use crate::request::endpoint::Endpoints;
 use crate::request::resolve::{Plan, Target};
@@ -142,6 +143,8 @@ pub struct Gateway<C> {
     pub feed: Arc<crate::state::feed::Feed>,
     /// The recent past the dashboard shows: answer rates, the last hour, combo paths.
     pub history: Arc<crate::state::history::History>,
+    /// The flight recorder, when `[recording]` is on.
+    pub recorder: Option<Arc<Recorder>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -186,7 +189,9 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             replicas: Arc::default(),
             feed: Arc::default(),
             history: Arc::default(),
+            recorder: None,
         };
+        let gw = Gateway { recorder: Recorder::for_config(&gw.config, None)?, ..gw };
         gw.restore()?;
         gw.sync_accounts();
         Ok(gw)
@@ -216,7 +221,13 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             replicas: Arc::clone(&self.replicas),
             feed: Arc::clone(&self.feed),
             history: Arc::clone(&self.history),
+            recorder: None,
         };
+        let recorder = Recorder::for_config(&gw.config, self.recorder.as_ref()).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "recording stays off: its directory cannot be written");
+            None
+        });
+        let gw = Gateway { recorder, ..gw };
         gw.sync_accounts();
         gw
     }
@@ -278,8 +289,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         f(&mut lock(&self.engine))
     }
 
-    /// Drains the engine's events: logs them and persists what they changed.
-    pub fn settle(&self) {
+    /// Drains the engine's events: logs them and persists what they changed; returns them.
+    pub fn settle(&self) -> Vec<Event> {
         let now = self.clock.now();
         let (events, breakers, connections, shared) = self.with_engine(|e| {
             let mut events = Vec::new();
@@ -363,6 +374,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         {
             tracing::error!(error = %e, "could not persist session pins");
         }
+        events
     }
 
     /// Tells the observer, if any.

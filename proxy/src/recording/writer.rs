@@ -1,0 +1,203 @@
+//! The recorder's writer: records go through a bounded queue to one thread that writes them as
+//! gzip-compressed JSON lines into rolling files (`recording-<unix ms>.jsonl.gz` in the
+//! recording directory). Each batch (up to 512 records, or what came within a second) is one
+//! gzip member, so a file is readable up to its last whole batch even if the process dies.
+//! A file is closed at an eighth of `max_mb`; the oldest files go while the directory holds more
+//! than `max_mb`. A full queue drops the record and counts it: recording never slows a request.
+
+use crate::recording::record::Record;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::time::Duration;
+
+/// Records the queue holds before it drops.
+pub const QUEUE: usize = 8192;
+/// Records per batch at most.
+const BATCH: usize = 512;
+/// The smallest file size at which a file is closed.
+const MIN_FILE_BYTES: u64 = 64 * 1024;
+
+/// The recorder.
+pub struct Recorder {
+    tx: SyncSender<Record>,
+    dropped: Arc<AtomicU64>,
+    written: Arc<AtomicU64>,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+impl Recorder {
+    /// Starts writing into `dir` (created if missing), keeping at most `max_bytes` there.
+    /// `wall_ms` names new files.
+    pub fn start(dir: &Path, max_bytes: u64, wall_ms: fn() -> u64) -> std::io::Result<Recorder> {
+        std::fs::create_dir_all(dir)?;
+        let (tx, rx) = sync_channel(QUEUE);
+        let written = Arc::new(AtomicU64::new(0));
+        let files = Files { dir: dir.to_owned(), max_bytes, wall_ms, current: None, size: 0 };
+        let w = Arc::clone(&written);
+        std::thread::Builder::new().name("ferroute-recorder".into()).spawn(move || run(rx, files, &w))?;
+        Ok(Recorder { tx, dropped: Arc::default(), written, dir: dir.to_owned() })
+    }
+
+    /// The recorder `config` asks for: `current` when it writes to the same directory, else a
+    /// new one (none when recording is off).
+    pub fn for_config(
+        config: &crate::config::Config,
+        current: Option<&Arc<Recorder>>,
+    ) -> Result<Option<Arc<Recorder>>, crate::state::store::StoreError> {
+        if !config.recording.enabled {
+            return Ok(None);
+        }
+        let dir = config.recording.dir(&config.server.data_dir);
+        if let Some(r) = current.filter(|r| r.dir() == dir) {
+            return Ok(Some(Arc::clone(r)));
+        }
+        let max = config.recording.max_mb.saturating_mul(1024 * 1024);
+        Recorder::start(&dir, max, crate::state::clock::system_wall_ms)
+            .map(|r| Some(Arc::new(r)))
+            .map_err(|source| crate::state::store::StoreError::Dir { path: dir.display().to_string(), source })
+    }
+
+    /// Queues `record`; drops it (and counts the drop) when the queue is full.
+    pub fn record(&self, record: Record) {
+        match self.tx.try_send(record) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Records dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Records written so far.
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+struct Files {
+    dir: PathBuf,
+    max_bytes: u64,
+    wall_ms: fn() -> u64,
+    current: Option<std::fs::File>,
+    size: u64,
+}
+
+impl Files {
+    fn write(&mut self, batch: &[u8]) -> std::io::Result<()> {
+        if self.current.is_none() {
+            let name = self.dir.join(format!("recording-{:013}.jsonl.gz", (self.wall_ms)()));
+            self.current = Some(std::fs::OpenOptions::new().create(true).append(true).open(name)?);
+            self.size = 0;
+        }
+        let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+        gz.write_all(batch)?;
+        let member = gz.finish()?;
+        if let Some(f) = self.current.as_mut() {
+            f.write_all(&member)?;
+            f.flush()?;
+        }
+        self.size += member.len() as u64;
+        if self.size >= (self.max_bytes / 8).max(MIN_FILE_BYTES) {
+            self.current = None;
+            self.prune()?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the oldest files while the directory holds more than `max_bytes`.
+    fn prune(&self) -> std::io::Result<()> {
+        let mut files = recordings(&self.dir)?;
+        let mut total: u64 = files.iter().map(|(_, n)| n).sum();
+        files.reverse();
+        while total > self.max_bytes {
+            let Some((oldest, n)) = files.pop() else { break };
+            std::fs::remove_file(&oldest)?;
+            total -= n;
+        }
+        Ok(())
+    }
+}
+
+/// The recording files in `dir`, oldest first, with their sizes.
+pub fn recordings(dir: &Path) -> std::io::Result<Vec<(PathBuf, u64)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("recording-") && name.ends_with(".jsonl.gz") {
+            out.push((entry.path(), entry.metadata()?.len()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn run(rx: Receiver<Record>, mut files: Files, written: &AtomicU64) {
+    let mut batch = Vec::new();
+    let mut n = 0u64;
+    loop {
+        let first = match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(r) => Some(r),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        for r in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok()).take(BATCH - 1)) {
+            if serde_json::to_writer(&mut batch, &r).is_ok() {
+                batch.push(b'\n');
+                n += 1;
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        match files.write(&batch) {
+            Ok(()) => {
+                written.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e) => tracing::error!(error = %e, "could not write the recording"),
+        }
+        batch.clear();
+        n = 0;
+    }
+}
+
+/// Reads every record of `path` (a recording file, or an export), skipping a torn last batch.
+pub fn read(path: &Path) -> std::io::Result<Vec<Record>> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path)?;
+    let gz = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file));
+    let mut out = Vec::new();
+    for line in std::io::BufReader::new(gz).lines() {
+        let Ok(line) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(&line) {
+            Ok(r) => out.push(r),
+            Err(e) => {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())));
+            }
+        }
+    }
+    Ok(out)
+}
