@@ -77,11 +77,14 @@ pub fn build_observed<C: Connect + Clone + Send + Sync + 'static>(
     seed: u64,
     tap: Option<state::gateway::Tap>,
 ) -> anyhow::Result<Arc<Gateway<C>>> {
+    // Anchored first: `wall_start_ms` was read just now, and opening the store takes a while
+    // (the wall clock would lag by as long).
+    let clock = Clock::anchored(wall_start_ms);
     let store = match persistence {
         Persistence::Dir(dir) => Store::open_dir(&dir)?,
         Persistence::Memory => Store::in_memory()?,
     };
-    Ok(Arc::new(Gateway::new(config, connector, Some(store), Clock::anchored(wall_start_ms), seed, tap)?))
+    Ok(Arc::new(Gateway::new(config, connector, Some(store), clock, seed, tap)?))
 }
 
 /// Serves the gateway on `listener` until `opts.shutdown` resolves.

@@ -80,11 +80,11 @@ enum Command {
         /// The config the gateway ran with.
         #[arg(long)]
         config: PathBuf,
-        /// A candidate: the recorded config with KEY (a dotted path) set to VALUE; repeat to
-        /// set several in one candidate.
+        /// A candidate: the recorded config with KEY (a dotted path; `resilience.` may be left
+        /// out) set to VALUE; repeat to set several in one candidate.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
-        /// One candidate per value: KEY=V1,V2,…
+        /// One candidate per value (each with the --set settings too): KEY=V1,V2,…
         #[arg(long, value_name = "KEY=V1,V2")]
         sweep: Vec<String>,
         /// Seed.
@@ -104,18 +104,20 @@ fn pair(s: &str) -> anyhow::Result<(String, String)> {
     }
 }
 
-/// The candidates `--set` and `--sweep` name.
+/// The candidates `--set` and `--sweep` name: the `--set`s alone, or with each value of each
+/// `--sweep` on top.
 fn candidates(sets: &[String], sweeps: &[String]) -> anyhow::Result<Vec<sim::replay::Candidate>> {
+    let base = sets.iter().map(|s| pair(s)).collect::<anyhow::Result<Vec<_>>>()?;
     let mut out = Vec::new();
-    if !sets.is_empty() {
-        let pairs = sets.iter().map(|s| pair(s)).collect::<anyhow::Result<Vec<_>>>()?;
-        out.push((sets.join(" "), pairs));
-    }
     for sweep in sweeps {
         let (key, values) = pair(sweep)?;
         for v in values.split(',').map(str::trim).filter(|v| !v.is_empty()) {
-            out.push((format!("{key}={v}"), vec![(key.clone(), v.to_owned())]));
+            let label = sets.iter().cloned().chain(std::iter::once(format!("{key}={v}"))).collect::<Vec<_>>().join(" ");
+            out.push((label, base.iter().cloned().chain(std::iter::once((key.clone(), v.to_owned()))).collect()));
         }
+    }
+    if out.is_empty() && !base.is_empty() {
+        out.push((sets.join(" "), base));
     }
     Ok(out)
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 pub struct RecordingConfig {
     /// Whether attempts and requests are recorded.
     pub enabled: bool,
-    /// The directory of the recording files (default: `recordings` in the data directory).
+    /// The directory of the recording files (default: `recording` in the data directory).
     pub path: Option<String>,
     /// The most the directory holds (MiB); the oldest files go first.
     pub max_mb: u64,
@@ -36,7 +36,7 @@ impl RecordingConfig {
     pub fn dir(&self, data_dir: &str) -> std::path::PathBuf {
         match &self.path {
             Some(p) => p.into(),
-            None => std::path::Path::new(data_dir).join("recordings"),
+            None => std::path::Path::new(data_dir).join("recording"),
         }
     }
 }

@@ -201,3 +201,62 @@ pub fn read(path: &Path) -> std::io::Result<Vec<Record>> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::record::{RequestRecord, class_of};
+
+    fn request(n: u64) -> Record {
+        Record::Request(RequestRecord {
+            request: n,
+            at_ms: n,
+            answered_ms: n + 1,
+            api: "chat".into(),
+            // Incompressible enough that files fill.
+            model: format!("{:x}", n.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            stream: false,
+            session: Some(format!("{:064x}", n.wrapping_mul(0x2545_F491_4F6C_DD1D))),
+            status: 200,
+            class: class_of(200),
+        })
+    }
+
+    #[test]
+    fn files_roll_and_the_oldest_go_while_every_kept_record_reads_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = || {
+            static T: AtomicU64 = AtomicU64::new(1_000);
+            T.fetch_add(1, Ordering::Relaxed)
+        };
+        let max = 640 * 1024;
+        let r = Recorder::start(dir.path(), max, clock).expect("recorder");
+        let n = 40_000;
+        for i in 0..n {
+            r.record(request(i));
+            if i % 4_000 == 0 {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while r.written() + r.dropped() < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(r.written() + r.dropped(), n);
+        let files = recordings(dir.path()).expect("files");
+        let total: u64 = files.iter().map(|(_, s)| s).sum();
+        assert!(files.len() >= 2, "it rolled: {files:?}");
+        // At most `max`, plus the file still being written.
+        assert!(total <= max + (max / 8).max(MIN_FILE_BYTES) + 64 * 1024, "{total} bytes in {files:?}");
+        let mut kept = Vec::new();
+        for (f, _) in &files {
+            kept.extend(read(f).expect("read"));
+        }
+        assert!(!kept.is_empty() && (kept.len() as u64) < n, "the oldest went: {} kept", kept.len());
+        // What is kept is the newest, in order.
+        if r.dropped() == 0 {
+            assert_eq!(kept.last().map(Record::at_ms), Some(n - 1));
+        }
+        assert!(kept.windows(2).all(|w| w[0].at_ms() < w[1].at_ms()));
+    }
+}

@@ -5,7 +5,9 @@
 //! The model for attempts the recording has no counterpart for: an upstream answers a call
 //! with the recorded outcome nearest in time of the same connection and model, else of the
 //! same provider and model (another connection), else of the same provider (another model).
-//! Each route is a schedule whose windows meet halfway between two recorded attempts.
+//! Each route is a schedule whose windows meet halfway between two recorded attempts. A
+//! stream the watchdog cut goes on, if nothing cuts it, at its slowest recorded pace for a
+//! minute; a stream served is an echo with the recorded number of events at the recorded pace.
 
 use proxy::recording::record::{AttemptEnd, AttemptRecord, Record, RequestRecord};
 use scenarios::scenario::Scenario;
@@ -15,7 +17,7 @@ use std::collections::BTreeMap;
 /// Simulated time before the first recorded request (the gateway starts meanwhile).
 pub const LEAD_MS: u64 = 1_000;
 /// Simulated time after the last recorded answer before the run ends.
-const TAIL_MS: u64 = 120_000;
+const TAIL_MS: u64 = 180_000;
 
 /// A recording, in the order it happened.
 #[derive(Debug, Clone)]
@@ -70,14 +72,32 @@ pub fn replay_key(connection: &str) -> String {
     format!("replay-{connection}")
 }
 
-/// Sets `path` (dotted, `resilience.breaker.api_key.failure_threshold`) to `value` (TOML:
+/// Sets `path` (dotted, `resilience.breaker.api_key.failure_threshold`; a path that does not
+/// start with a top-level table is under `resilience`) to `value` (TOML:
 /// `20`, `true`, `"text"`, `[1, 2]`; anything that does not parse is a string) in `tree`.
 pub fn set(tree: &mut toml::Table, path: &str, value: &str) -> Result<(), String> {
     let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
         .ok()
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(value.to_owned()));
-    let parts: Vec<&str> = path.split('.').collect();
+    const TOP: [&str; 10] = [
+        "server",
+        "keys",
+        "providers",
+        "connections",
+        "combos",
+        "emergency_fallback",
+        "resilience",
+        "state",
+        "recording",
+        "telemetry",
+    ];
+    let full = if TOP.iter().any(|t| path.split('.').next() == Some(*t)) {
+        path.to_owned()
+    } else {
+        format!("resilience.{path}")
+    };
+    let parts: Vec<&str> = full.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
         return Err(format!("`{path}` is not a dotted settings path"));
     }
@@ -137,8 +157,9 @@ fn behaviour(a: &AttemptRecord, shift_ms: i128) -> Value {
             json!({"kind": "echo", "latency_ms": latency, "chunk_ms": gap})
         }
         AttemptEnd::Watchdog => {
-            let t = a.timing.clone().unwrap_or_default();
-            json!({"kind": "slow_drip", "text": "x".repeat(400), "chunk_ms": t.longest_gap_ms.max(1_000)})
+            // Cut, it would have gone on at its slowest pace: for a minute, say.
+            let gap = a.timing.as_ref().map_or(1_000, |t| t.longest_gap_ms.max(100));
+            json!({"kind": "slow_drip", "text": "x".repeat((60_000 / gap).max(1) as usize), "chunk_ms": gap})
         }
         AttemptEnd::Transport => json!({"kind": "reset", "latency_ms": a.ended_ms.saturating_sub(a.started_ms)}),
         AttemptEnd::Failed => {
@@ -237,6 +258,8 @@ pub fn scenario(rec: &Recording, gateway: &str, providers: &[String], name: &str
         "name": name,
         "description": format!("replay of {} recorded requests", rec.requests.len()),
         "duration_ms": duration,
+        // Loopback-like: the recorded latencies are the upstreams' own.
+        "latency_ms": [0, 1],
         "gateway": gateway,
         "upstreams": upstreams,
         "workload": workload,
@@ -259,6 +282,8 @@ mod tests {
         assert_eq!(t["resilience"]["combo_cooldown_wait"]["enabled"].as_bool(), Some(false));
         assert_eq!(t["server"]["name"].as_str(), Some("plain words"));
         assert!(set(&mut t, "resilience..x", "1").is_err());
+        set(&mut t, "routing.max_attempts", "5").expect("set");
+        assert_eq!(t["resilience"]["routing"]["max_attempts"].as_integer(), Some(5));
     }
 
     #[test]

@@ -78,7 +78,16 @@ pub fn recorded(rec: &Recording) -> Summary {
     for q in &rec.requests {
         *classes.entry(q.class.clone()).or_insert(0) += 1;
     }
-    let mut lat: Vec<u64> = rec.requests.iter().map(|q| q.answered_ms.saturating_sub(q.at_ms)).collect();
+    // To the end of the answer, as the runs measure it: a stream ends with its served attempt.
+    let ends: BTreeMap<u64, u64> = rec.attempts.iter().map(|a| (a.request, a.ended_ms)).collect();
+    let mut lat: Vec<u64> = rec
+        .requests
+        .iter()
+        .map(|q| {
+            let end = if q.stream { ends.get(&q.request).copied().unwrap_or(q.answered_ms) } else { q.answered_ms };
+            end.max(q.answered_ms).saturating_sub(q.at_ms)
+        })
+        .collect();
     lat.sort_unstable();
     let calls = rec.attempts.iter().filter(|a| a.end != AttemptEnd::Aborted || a.headers_ms.is_some()).count() as u64;
     Summary {
@@ -126,8 +135,9 @@ fn dispatches(run: &RunResult) -> BTreeMap<(String, String), u64> {
 pub fn summarize(rec: &Recording, run: &RunResult, label: &str) -> Summary {
     let classes_by = replayed_classes(run);
     let mut classes = BTreeMap::new();
-    for (class, _) in classes_by.values() {
-        *classes.entry(class.clone()).or_insert(0) += 1;
+    for i in 0..rec.requests.len() {
+        let class = classes_by.get(&i).map_or("no answer", |(c, _)| c.as_str());
+        *classes.entry(class.to_owned()).or_insert(0) += 1;
     }
     let mut lat: Vec<u64> = classes_by.values().map(|(_, o)| o.done_ms.saturating_sub(o.issued_ms)).collect();
     lat.sort_unstable();
@@ -199,15 +209,16 @@ pub fn mismatches(rec: &Recording, run: &RunResult) -> Vec<Mismatch> {
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let classes: std::collections::BTreeSet<&String> = report.columns.iter().flat_map(|c| c.classes.keys()).collect();
+    let widths: Vec<usize> = report.columns.iter().map(|c| c.label.chars().count().max(10)).collect();
     let _ = write!(out, "{:<28}", "");
-    for c in &report.columns {
-        let _ = write!(out, " | {:>22}", c.label);
+    for (c, w) in report.columns.iter().zip(&widths) {
+        let _ = write!(out, " | {:>w$}", c.label);
     }
     out.push('\n');
     let mut row = |name: &str, cell: &dyn Fn(&Summary) -> String| {
         let _ = write!(out, "{name:<28}");
-        for c in &report.columns {
-            let _ = write!(out, " | {:>22}", cell(c));
+        for (c, w) in report.columns.iter().zip(&widths) {
+            let _ = write!(out, " | {:>w$}", cell(c));
         }
         out.push('\n');
     };
