@@ -222,8 +222,8 @@ mod tests {
         })
     }
 
-    #[test]
-    fn files_roll_and_the_oldest_go_while_every_kept_record_reads_back() {
+    #[tokio::test]
+    async fn files_roll_and_the_oldest_go_while_every_kept_record_reads_back() {
         let dir = tempfile::tempdir().expect("tempdir");
         let clock = || {
             static T: AtomicU64 = AtomicU64::new(1_000);
@@ -235,12 +235,12 @@ mod tests {
         for i in 0..n {
             r.record(request(i));
             if i % 4_000 == 0 {
-                std::thread::sleep(Duration::from_millis(50));
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while r.written() + r.dropped() < n && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while r.written() + r.dropped() < n && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(r.written() + r.dropped(), n);
         let files = recordings(dir.path()).expect("files");
