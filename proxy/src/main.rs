@@ -274,8 +274,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let data_dir = PathBuf::from(&config.server.data_dir);
     let state = config.state.clone();
+    let telemetry = proxy::recording::telemetry::Telemetry::for_config(
+        &config.telemetry,
+        &|name| std::env::var(name).ok(),
+        system_wall_ms(),
+    )
+    .map_err(|e| anyhow::anyhow!("[telemetry]: {e}"))?;
     let gw = build(config, https_connector()?, Persistence::Dir(data_dir.clone()), system_wall_ms(), system_wall_ms())
         .with_context(|| format!("cannot open the state store in {}", data_dir.display()))?;
+    if let Some(t) = telemetry {
+        let _ = gw.telemetry.set(Arc::new(t));
+    }
     let loader: Loader = Box::new(move || {
         let config = match &path {
             Some(p) => std::fs::read_to_string(p)

@@ -93,6 +93,7 @@ struct RawConfig {
     resilience: Option<toml::Value>,
     state: StateConfig,
     recording: RecordingConfig,
+    telemetry: TelemetryConfig,
 }
 
 /// The loaded, validated config with secrets resolved.
@@ -118,6 +119,8 @@ pub struct Config {
     pub state: StateConfig,
     /// `[recording]`: the flight recorder.
     pub recording: RecordingConfig,
+    /// `[telemetry]`: OpenTelemetry export (header values resolved).
+    pub telemetry: TelemetryConfig,
     /// Whether the built-in demo provider was added (no provider configured).
     pub demo: bool,
 }
@@ -215,6 +218,15 @@ impl Config {
             url: raw.state.url.as_deref().map(|u| resolve("state.url".into(), u).unwrap_or_default()),
             ..raw.state.clone()
         };
+        let telemetry = TelemetryConfig {
+            headers: raw
+                .telemetry
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), resolve(format!("telemetry.headers.{k}"), v).unwrap_or_default()))
+                .collect(),
+            ..raw.telemetry.clone()
+        };
         let combos = raw.combos.iter().enumerate().map(|(i, c)| combo(i, c, &mut errors)).collect();
         let mut config = Config {
             server: ServerConfig { admin_key, secret_key, ..raw.server },
@@ -227,6 +239,7 @@ impl Config {
             resilience,
             state,
             recording: raw.recording,
+            telemetry,
             demo,
         };
         config.warnings = config.warnings();
@@ -237,6 +250,7 @@ impl Config {
     fn validate_into(&self, errors: &mut Vec<FieldError>) {
         self.state.validate_into(errors);
         self.recording.validate_into(errors);
+        self.telemetry.validate_into(errors);
         self.validate_server(errors);
         self.validate_keys(errors);
         provider::validate(&self.providers, errors);
@@ -416,6 +430,7 @@ pub mod oauth;
 mod provider;
 mod recording;
 mod state;
+mod telemetry;
 
 pub use connection::{ConnectionConfig, UsageLimitConfig};
 use error::err;
@@ -424,6 +439,7 @@ pub use oauth::OAuthConfig;
 pub use provider::{Format, ProviderConfig};
 pub use recording::RecordingConfig;
 pub use state::{Backend, StateConfig};
+pub use telemetry::TelemetryConfig;
 
 pub use combos::{ComboConfig, ComboTarget, EmergencyConfig, MAX_COMBO_DEPTH, MULTI_CALL};
 use combos::{RawCombo, combo};

@@ -299,6 +299,10 @@ pub async fn metrics<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>
     if let Some(r) = &gw.recorder {
         gw.metrics.recording(r.written(), r.dropped());
     }
+    if let Some(t) = gw.telemetry.get() {
+        let (exported, dropped, failed) = t.counts();
+        gw.metrics.telemetry(exported, dropped, failed);
+    }
     let mut resp = Response::new(crate::edge::errors::full(gw.metrics.encode()));
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,

@@ -18,6 +18,8 @@ pub struct Trace {
     pub combo: Option<Arc<str>>,
     /// Whether the client asked for a stream.
     pub stream: bool,
+    /// Its span in the request's trace, when spans are exported.
+    pub ids: Option<crate::recording::telemetry::Ids>,
     sent: Option<Instant>,
     headers: Option<Instant>,
     status: u16,
@@ -29,8 +31,13 @@ pub struct Trace {
 
 impl Trace {
     /// A trace for an attempt of a request of `api`.
-    pub fn new(api: &'static str, combo: Option<Arc<str>>, stream: bool) -> Trace {
-        Trace { api, combo, stream, ..Trace::default() }
+    pub fn new(
+        api: &'static str,
+        combo: Option<Arc<str>>,
+        stream: bool,
+        ids: Option<crate::recording::telemetry::Ids>,
+    ) -> Trace {
+        Trace { api, combo, stream, ids, ..Trace::default() }
     }
 
     /// The request went out (the first time, if it is sent again on the same connection).

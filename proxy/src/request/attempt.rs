@@ -47,7 +47,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
             now,
             crate::state::gateway::Observed::Outcome { provider: &provider.id, connection: &connection.id, kind },
         );
-        let recorded = gw.recorder.as_ref().map(|_| outcome);
+        let telemetry = gw.telemetry.get().filter(|_| self.trace.ids.is_some_and(|i| i.sampled));
+        let recorded = (gw.recorder.is_some() || telemetry.is_some()).then_some(outcome);
         let d = gw.with_engine(|e| {
             e.record(
                 now,
@@ -61,12 +62,17 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
             )
         });
         let events = gw.settle();
-        if let (Some(recorder), Some(outcome)) = (&gw.recorder, recorded) {
+        if let Some(outcome) = recorded {
             let target = (provider.id.as_str(), connection.id.as_str(), self.target.model.as_str());
             if let Some(r) =
                 self.trace.record(&gw.clock, now, (self.request, self.round), target, &outcome, d.as_ref(), &events)
             {
-                recorder.record(Record::Attempt(Box::new(r)));
+                if let (Some(t), Some(ids)) = (telemetry, self.trace.ids) {
+                    t.attempt(&r, ids);
+                }
+                if let Some(recorder) = &gw.recorder {
+                    recorder.record(Record::Attempt(Box::new(r)));
+                }
             }
         }
         d

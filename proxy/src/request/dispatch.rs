@@ -5,6 +5,7 @@
 
 use crate::edge::errors::{Body, ErrorShape, ProxyError, Source};
 use crate::recording::record::{Record, RequestRecord, class_of};
+use crate::recording::telemetry::Ids;
 use crate::recording::trace::Trace;
 use crate::request::attempt::Attempt;
 use crate::request::exchange::{self, Inbound};
@@ -38,24 +39,34 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
     let request = gw.next_request();
     let (combo, key) = (plan.combo, plan.key.clone());
     let mut steps = Vec::new();
-    let resp = run(Arc::clone(&gw), plan, inbound, preps, ask, request, combo.then_some(&mut steps)).await;
+    let ids =
+        gw.telemetry.get().map(|t| t.request_ids(inbound.headers.traceparent.as_ref().and_then(|v| v.to_str().ok())));
+    let resp = run(Arc::clone(&gw), plan, inbound, preps, ask, (request, ids), combo.then_some(&mut steps)).await;
     let status = resp.status().as_u16();
     let now = gw.clock.wall_now_ms();
     if combo {
         gw.history.paths().add(&key, Path { at: rfc3339(now), status, steps });
     }
+    let telemetry = gw.telemetry.get().zip(ids);
+    if gw.recorder.is_none() && telemetry.is_none() {
+        return resp;
+    }
+    let record = RequestRecord {
+        request,
+        at_ms: arrived,
+        answered_ms: now,
+        api: exchange::api_name(inbound.api).to_owned(),
+        model: key,
+        stream: inbound.stream,
+        session: inbound.session.as_deref().map(|s| sha256_hex(s.as_bytes())),
+        status,
+        class: class_of(status),
+    };
+    if let Some((t, ids)) = telemetry {
+        t.request(&record, ids);
+    }
     if let Some(recorder) = &gw.recorder {
-        recorder.record(Record::Request(RequestRecord {
-            request,
-            at_ms: arrived,
-            answered_ms: now,
-            api: exchange::api_name(inbound.api).to_owned(),
-            model: key,
-            stream: inbound.stream,
-            session: inbound.session.as_deref().map(|s| sha256_hex(s.as_bytes())),
-            status,
-            class: class_of(status),
-        }));
+        recorder.record(Record::Request(record));
     }
     resp
 }
@@ -72,7 +83,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
     inbound: &Inbound,
     preps: &mut Preps,
     ask: Ask,
-    request: u64,
+    (request, ids): (u64, Option<Ids>),
     mut steps: Option<&mut Vec<PathStep>>,
 ) -> Response<Body> {
     let shape = exchange::error_shape(inbound.api);
@@ -175,7 +186,12 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
             same_provider_next,
             request,
             round,
-            trace: Trace::new(api, combo.then(|| Arc::from(plan.key.as_str())), inbound.stream),
+            trace: Trace::new(
+                api,
+                combo.then(|| Arc::from(plan.key.as_str())),
+                inbound.stream,
+                ids.zip(gw.telemetry.get()).map(|(ids, t)| ids.child(t.span_id())),
+            ),
         };
         let Some(prep) = preps[slot(provider.format)].as_mut() else {
             // plan and prepare_for keep only targets with a prepared request.

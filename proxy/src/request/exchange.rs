@@ -57,6 +57,9 @@ pub static ANTHROPIC_VERSION_HEADER: HeaderName = HeaderName::from_static("anthr
 /// `OpenAI-Beta`.
 pub static OPENAI_BETA: HeaderName = HeaderName::from_static("openai-beta");
 
+/// W3C trace context.
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
 /// Client headers that carry meaning for a provider's API, as the client sent them (values
 /// that are visible ASCII only; others are not forwarded).
 #[derive(Debug, Clone, Default)]
@@ -67,6 +70,8 @@ pub struct ApiHeaders {
     pub anthropic_version: Option<HeaderValue>,
     /// `OpenAI-Beta`.
     pub openai_beta: Option<HeaderValue>,
+    /// The client's W3C `traceparent`.
+    pub traceparent: Option<HeaderValue>,
 }
 
 impl ApiHeaders {
@@ -77,6 +82,7 @@ impl ApiHeaders {
             anthropic_beta: get(&ANTHROPIC_BETA),
             anthropic_version: get(&ANTHROPIC_VERSION_HEADER),
             openai_beta: get(&OPENAI_BETA),
+            traceparent: get(&TRACEPARENT),
         }
     }
 }

@@ -199,13 +199,16 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     let mut resend = false;
     let mut auth_renewed = false;
     let resp = loop {
-        let (req, generation) = match upstream_request(&gw, &target, prep, slow) {
+        let (mut req, generation) = match upstream_request(&gw, &target, prep, slow) {
             Ok(r) => r,
             Err(e) => {
                 attempt.record(AttemptOutcome::Neutral);
                 return Step::Fail(e, conn_id);
             }
         };
+        if let Some(v) = attempt.trace.ids.and_then(|i| HeaderValue::try_from(i.traceparent()).ok()) {
+            req.headers_mut().insert(TRACEPARENT.clone(), v);
+        }
         lane.sending(slow);
         started = gw.clock.now();
         attempt.trace.sent(started);
@@ -450,6 +453,9 @@ fn observe_response<C: Connect + Clone + Send + Sync + 'static, B>(
         crate::sessions::egress::observe(gw, target.connection, info.local_addr().ip());
     }
 }
+
+/// W3C trace context, passed on to the upstream when spans are exported.
+static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
 
 /// Keeps a failed attempt's message as its connection's last error (for the dashboard).
 fn note_error<C: Connect + Clone + Send + Sync + 'static>(

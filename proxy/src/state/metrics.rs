@@ -60,6 +60,7 @@ pub struct Metrics {
     shared_state: Family<One, Counter>,
     shared_state_reachable: Gauge,
     recording: Family<One, Counter>,
+    telemetry: Family<One, Counter>,
     /// Stream finalisations (each stream finalises exactly once).
     pub stream_finalizations: Counter,
     /// Streams started.
@@ -151,9 +152,16 @@ impl Metrics {
             "Flight recorder records ([recording]) by event: written, dropped (the queue was full)",
             recording.clone(),
         );
+        let telemetry = Family::<One, Counter>::default();
+        registry.register(
+            "telemetry_spans",
+            "OpenTelemetry spans ([telemetry]) by event: exported, dropped (the queue was full), failed (the collector refused or was unreachable)",
+            telemetry.clone(),
+        );
         Metrics {
             registry,
             recording,
+            telemetry,
             shared_state,
             shared_state_reachable,
             config_reloads,
@@ -185,6 +193,14 @@ impl Metrics {
         self.shared_state_reachable.set(i64::from(reachable));
         for (event, total) in counts {
             let c = self.shared_state.get_or_create(&[("event", event.to_owned())]);
+            c.inc_by(total.saturating_sub(c.get()));
+        }
+    }
+
+    /// Brings the span export's counters up to its own.
+    pub fn telemetry(&self, exported: u64, dropped: u64, failed: u64) {
+        for (event, total) in [("exported", exported), ("dropped", dropped), ("failed", failed)] {
+            let c = self.telemetry.get_or_create(&[("event", event.to_owned())]);
             c.inc_by(total.saturating_sub(c.get()));
         }
     }

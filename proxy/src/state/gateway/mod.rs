@@ -2,6 +2,7 @@
 //! the store, metrics and the upstream client.
 
 use crate::config::{Config, ConnectionConfig, ProviderConfig};
+use crate::recording::telemetry::Telemetry;
 use crate::recording::writer::Recorder;
 use crate::replicas::link::Replicas;
 use crate::request::endpoint::Endpoints;
@@ -145,6 +146,8 @@ pub struct Gateway<C> {
     pub history: Arc<crate::state::history::History>,
     /// The flight recorder, when `[recording]` is on.
     pub recorder: Option<Arc<Recorder>>,
+    /// OpenTelemetry export, when an endpoint is set (the binary sets it at start).
+    pub telemetry: Arc<std::sync::OnceLock<Arc<Telemetry>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -190,6 +193,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             feed: Arc::default(),
             history: Arc::default(),
             recorder: None,
+            telemetry: Arc::default(),
         };
         let gw = Gateway { recorder: Recorder::for_config(&gw.config, None)?, ..gw };
         gw.restore()?;
@@ -222,6 +226,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             feed: Arc::clone(&self.feed),
             history: Arc::clone(&self.history),
             recorder: None,
+            telemetry: Arc::clone(&self.telemetry),
         };
         let recorder = Recorder::for_config(&gw.config, self.recorder.as_ref()).unwrap_or_else(|e| {
             tracing::error!(error = %e, "recording stays off: its directory cannot be written");
