@@ -56,8 +56,34 @@ pub async fn start_gateway_with(
     let addr = listener.local_addr()?;
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
+    // `[telemetry]` in `head` exports spans, as the binary does.
+    let telemetry = proxy::recording::telemetry::Telemetry::for_config(&config.telemetry, &env, 1)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let gw = build(config, http, Persistence::Dir(data_dir.to_owned()), proxy::state::clock::system_wall_ms(), 1)?;
+    if let Some(t) = telemetry {
+        let _ = gw.telemetry.set(Arc::new(t));
+    }
     tokio::spawn(proxy::edge::serve::serve_gateway(gw, listener, std::future::pending()));
+    Ok(addr)
+}
+
+/// An HTTP sink that answers every request 200 with an empty body (an OTLP collector that
+/// keeps nothing).
+pub async fn start_sink() -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((io, _)) = listener.accept().await else { continue };
+            tokio::spawn(async move {
+                let svc = service_fn(|req: hyper::Request<Incoming>| async move {
+                    let _ = req.into_body().collect().await;
+                    Ok::<_, std::io::Error>(hyper::Response::new(Full::new(Bytes::new())))
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), svc).await;
+            });
+        }
+    });
     Ok(addr)
 }
 

@@ -5,7 +5,7 @@
 //! yardstick for the gateway's: `scripts/instructions` runs all of it and prints the ratios. Everything (upstream, gateway, client) shares the one process.
 
 use clap::Parser;
-use load::{bench_model, bench_upstream, body, sequential, start_gateway, start_passthrough};
+use load::{bench_model, bench_upstream, body, sequential, start_gateway, start_gateway_with, start_passthrough, start_sink};
 use scenarios::serve_upstream;
 use std::sync::Arc;
 
@@ -20,6 +20,10 @@ enum Target {
     Same,
     /// Chat requests through ferroute to an Anthropic-format provider (translated).
     Translated,
+    /// As `same`, with the flight recorder on (`[recording]`).
+    Recorded,
+    /// As `same`, with every request and attempt exported as spans to a local OTLP sink.
+    Traced,
 }
 
 /// Send COUNT requests and exit.
@@ -45,12 +49,19 @@ async fn main() -> anyhow::Result<()> {
     let up = listener.local_addr()?;
     tokio::spawn(serve_upstream(listener, Arc::new(bench_upstream())));
     let data = std::env::temp_dir().join(format!("ferroute-requests-{}", std::process::id()));
-    let gw = start_gateway(Some(up), &data).await?;
     let (addr, prefix) = match cli.target {
         Target::Direct => (up, ""),
         Target::Passthrough => (start_passthrough(up).await?, ""),
-        Target::Same => (gw, "bench/"),
-        Target::Translated => (gw, "bench-ant/"),
+        Target::Same => (start_gateway(Some(up), &data).await?, "bench/"),
+        Target::Translated => (start_gateway(Some(up), &data).await?, "bench-ant/"),
+        Target::Recorded => {
+            let head = format!("[recording]\nenabled = true\npath = \"{}\"\n", data.join("recording").display());
+            (start_gateway_with(Some(up), &data, &head).await?, "bench/")
+        }
+        Target::Traced => {
+            let head = format!("[telemetry]\notlp_endpoint = \"http://{}\"\n", start_sink().await?);
+            (start_gateway_with(Some(up), &data, &head).await?, "bench/")
+        }
     };
     let url = format!("http://{addr}/v1/chat/completions");
     let b = body(&bench_model(prefix, cli.stream), cli.stream);
