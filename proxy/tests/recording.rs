@@ -74,6 +74,10 @@ async fn requests_and_attempts_are_recorded_and_a_window_is_exported_without_sec
     assert_eq!(limited.message.as_deref(), Some("slow down"));
     assert!(limited.changed.iter().any(|c| c.starts_with("cooldown k1 ")), "{limited:?}");
     assert_eq!(attempts.iter().filter(|a| a.end == AttemptEnd::Served).count(), 3);
+    // After k1 cooled, the picks of k2 saw it excluded; the echo reports its tokens.
+    let after = attempts.iter().rfind(|a| a.connection == "k2").expect("k2");
+    assert_eq!(after.excluded, vec!["k1 unavailable".to_owned()], "{after:?}");
+    assert!(after.usage.is_some_and(|u| u.input_tokens == 1 && u.output_tokens == 1), "{after:?}");
     let raw = String::from_utf8_lossy(&{
         use std::io::Read;
         let mut s = Vec::new();

@@ -164,6 +164,10 @@ async fn a_request_and_its_attempts_reach_an_otlp_receiver_as_one_trace() {
     let served =
         attempts.iter().find(|a| attr(a, "ferroute.connection").as_deref() == Some("k2")).expect("k2's attempt");
     assert_eq!(attr(served, "gen_ai.response.model").as_deref(), Some("m"));
+    // The echo answers with as many tokens as the prompt has words (3), both ways.
+    assert_eq!(attr(served, "gen_ai.usage.input_tokens").as_deref(), Some("3"));
+    assert_eq!(attr(served, "gen_ai.usage.output_tokens").as_deref(), Some("3"));
+    assert_eq!(attr(served, "ferroute.exclusions").as_deref(), Some("k1 unavailable"), "k1 cooled when k2 was picked");
     // The upstream got each attempt's own traceparent.
     let sent: Vec<String> = script.requests().iter().filter_map(|r| r.headers.get("traceparent").cloned()).collect();
     assert_eq!(sent.len(), 2, "{sent:?}");

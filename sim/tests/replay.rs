@@ -58,12 +58,15 @@ async fn incident(
         let r = c.await.expect("client").expect("answer");
         assert!(r.status == 200 || r.status >= 400, "{}", r.body);
     }
-    // Every record is written within moments; wait until the count stops moving.
+    // The writer flushes a batch a second after its first record: wait until the count has
+    // stood still for longer than that.
     let recorder = gw.recorder.clone().expect("recording is on");
-    let mut last = u64::MAX;
-    while recorder.written() != last {
-        last = recorder.written();
+    let (mut last, mut still) = (u64::MAX, 0);
+    while still < 6 {
         tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = recorder.written();
+        still = if now == last && now > 0 { still + 1 } else { 0 };
+        last = now;
     }
     assert_eq!(recorder.dropped(), 0);
     let _ = stop.send(());

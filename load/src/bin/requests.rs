@@ -5,7 +5,9 @@
 //! yardstick for the gateway's: `scripts/instructions` runs all of it and prints the ratios. Everything (upstream, gateway, client) shares the one process.
 
 use clap::Parser;
-use load::{bench_model, bench_upstream, body, sequential, start_gateway, start_gateway_with, start_passthrough, start_sink};
+use load::{
+    bench_model, bench_upstream, body, sequential, start_gateway, start_gateway_with, start_passthrough, start_sink,
+};
 use scenarios::serve_upstream;
 use std::sync::Arc;
 

@@ -78,6 +78,38 @@ pub struct StreamTiming {
     pub bytes: u64,
 }
 
+/// Tokens an upstream reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Input (prompt) tokens.
+    pub input_tokens: u64,
+    /// Output (completion) tokens.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Reads the usage of an answer or of one stream event (OpenAI `usage.prompt_tokens` /
+    /// `completion_tokens`, Anthropic `usage` or `message.usage` `input_tokens` /
+    /// `output_tokens`); `None` when it names none.
+    pub fn of(json: &[u8]) -> Option<Usage> {
+        let v: serde_json::Value = serde_json::from_slice(json).ok()?;
+        let u = v.get("usage").or_else(|| v.pointer("/message/usage")).or_else(|| v.pointer("/response/usage"))?;
+        let n = |keys: &[&str]| keys.iter().find_map(|k| u.get(*k).and_then(serde_json::Value::as_u64));
+        let input = n(&["prompt_tokens", "input_tokens"]);
+        let output = n(&["completion_tokens", "output_tokens"]);
+        (input.is_some() || output.is_some())
+            .then(|| Usage { input_tokens: input.unwrap_or(0), output_tokens: output.unwrap_or(0) })
+    }
+
+    /// Folds a later report in (streams report in parts; counts only grow).
+    pub fn merge(self, later: Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.max(later.input_tokens),
+            output_tokens: self.output_tokens.max(later.output_tokens),
+        }
+    }
+}
+
 /// One upstream attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttemptRecord {
@@ -126,6 +158,13 @@ pub struct AttemptRecord {
     /// `lockout a/k1/m 60000 ms`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed: Vec<String>,
+    /// What excluded the other candidates of the request when this one was picked
+    /// (`k2 unavailable`, `k3 circuit_open`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<String>,
+    /// Tokens in and out, as the upstream reported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     /// How it ended.
     pub end: AttemptEnd,
     /// A stream's timing.
@@ -170,6 +209,18 @@ mod tests {
         assert!(!line.contains('\n') && !line.contains("session"));
         assert_eq!(serde_json::from_str::<Record>(&line).expect("back"), r);
         assert_eq!(class_of(200), "served");
+    }
+
+    #[test]
+    fn usage_in_either_format_and_across_a_stream() {
+        let openai = br#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}"#;
+        assert_eq!(Usage::of(openai), Some(Usage { input_tokens: 12, output_tokens: 5 }));
+        let start = br#"{"type":"message_start","message":{"usage":{"input_tokens":472,"output_tokens":2}}}"#;
+        let delta = br#"{"type":"message_delta","usage":{"output_tokens":90}}"#;
+        let total = Usage::of(start).and_then(|a| Usage::of(delta).map(|b| a.merge(b)));
+        assert_eq!(total, Some(Usage { input_tokens: 472, output_tokens: 90 }));
+        assert_eq!(Usage::of(br#"{"choices":[]}"#), None);
+        assert_eq!(Usage::of(b"[DONE]"), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! passes its own on to the upstream.
 //!
 //! Spans go through a bounded queue (a full one drops and counts) to one thread that sends them
-//! in batches with the OTLP/HTTP protobuf exporter of `opentelemetry-otlp`: a request never
+//! in batches (what came within a second, at most 512) with the OTLP/HTTP protobuf exporter of `opentelemetry-otlp`: a request never
 //! waits for the collector.
 
 use crate::recording::record::{AttemptEnd, AttemptRecord, RequestRecord};
@@ -19,7 +19,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Spans the queue holds before it drops.
@@ -247,6 +247,13 @@ fn span(job: Job, scope: &InstrumentationScope) -> SpanData {
             if let Some(c) = &a.combo {
                 attrs.push(KeyValue::new("ferroute.combo", c.clone()));
             }
+            if let Some(u) = a.usage {
+                attrs.push(KeyValue::new("gen_ai.usage.input_tokens", u.input_tokens as i64));
+                attrs.push(KeyValue::new("gen_ai.usage.output_tokens", u.output_tokens as i64));
+            }
+            if !a.excluded.is_empty() {
+                attrs.push(KeyValue::new("ferroute.exclusions", a.excluded.join(", ")));
+            }
             if let Some(t) = &a.timing {
                 attrs.push(KeyValue::new("ferroute.stream.events", t.events as i64));
                 attrs.push(KeyValue::new("ferroute.stream.longest_gap_ms", t.longest_gap_ms as i64));
@@ -303,16 +310,8 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 fn run(rx: Receiver<Job>, exporter: &opentelemetry_otlp::SpanExporter, exported: &AtomicU64, failed: &AtomicU64) {
     let scope = InstrumentationScope::builder("ferroute").with_version(env!("CARGO_PKG_VERSION")).build();
-    loop {
-        let first = match rx.recv_timeout(Duration::from_secs(1)) {
-            Ok(j) => j,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        let batch: Vec<SpanData> = std::iter::once(first)
-            .chain(std::iter::from_fn(|| rx.try_recv().ok()).take(BATCH - 1))
-            .map(|j| span(j, &scope))
-            .collect();
+    while let Some(jobs) = crate::recording::writer::batch(&rx, BATCH) {
+        let batch: Vec<SpanData> = jobs.into_iter().map(|j| span(j, &scope)).collect();
         let n = batch.len() as u64;
         match block_on(exporter.export(batch)) {
             Ok(()) => {

@@ -1,7 +1,7 @@
 //! What an attempt gathers for its record as it goes (the record itself is made once, when the
 //! attempt's outcome is recorded: see `crate::request::attempt`).
 
-use crate::recording::record::{AttemptEnd, AttemptRecord, StreamTiming, is_hint};
+use crate::recording::record::{AttemptEnd, AttemptRecord, StreamTiming, Usage, is_hint};
 use crate::state::clock::Clock;
 use ferroute_core::classify::Decision;
 use ferroute_core::engine::{AttemptOutcome, Event};
@@ -20,6 +20,12 @@ pub struct Trace {
     pub stream: bool,
     /// Its span in the request's trace, when spans are exported.
     pub ids: Option<crate::recording::telemetry::Ids>,
+    /// Whether anything reads the trace (the recorder or the span export): only then are
+    /// usage and exclusions gathered.
+    pub wanted: bool,
+    /// What excluded the request's other candidates when this one was picked.
+    pub excluded: Vec<String>,
+    usage: Option<Usage>,
     sent: Option<Instant>,
     headers: Option<Instant>,
     status: u16,
@@ -37,7 +43,22 @@ impl Trace {
         stream: bool,
         ids: Option<crate::recording::telemetry::Ids>,
     ) -> Trace {
-        Trace { api, combo, stream, ids, ..Trace::default() }
+        Trace { api, combo, stream, ids, wanted: true, ..Trace::default() }
+    }
+
+    /// A trace nothing reads (neither recorder nor span export is on).
+    pub fn unwanted() -> Trace {
+        Trace::default()
+    }
+
+    /// Takes in the usage an answer or a stream event reports (when the trace is wanted).
+    pub fn usage_from(&mut self, json: &[u8]) {
+        if !self.wanted {
+            return;
+        }
+        if let Some(u) = Usage::of(json) {
+            self.usage = Some(self.usage.map_or(u, |had| had.merge(u)));
+        }
     }
 
     /// The request went out (the first time, if it is sent again on the same connection).
@@ -121,6 +142,8 @@ impl Trace {
             layer: outcome.kind().as_str().to_owned(),
             retry_after_ms: decision.and_then(|d| d.client_retry_after).map(ms),
             changed: events.iter().filter_map(describe).collect(),
+            excluded: self.excluded.clone(),
+            usage: self.usage,
             end,
             timing: self.timing.clone(),
         })

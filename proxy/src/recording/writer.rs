@@ -1,7 +1,7 @@
 //! The recorder's writer: records go through a bounded queue to one thread that writes them as
 //! gzip-compressed JSON lines into rolling files (`recording-<unix ms>.jsonl.gz` in the
-//! recording directory). Each batch (up to 512 records, or what came within a second) is one
-//! gzip member, so a file is readable up to its last whole batch even if the process dies.
+//! recording directory). Each batch (what came within a second of its first record, at most
+//! 512) is one gzip member, so a file is readable up to its last whole batch even if the process dies.
 //! A file is closed at an eighth of `max_mb`; the oldest files go while the directory holds more
 //! than `max_mb`. A full queue drops the record and counts it: recording never slows a request.
 
@@ -152,32 +152,47 @@ pub fn recordings(dir: &Path) -> std::io::Result<Vec<(PathBuf, u64)>> {
     Ok(out)
 }
 
+/// The records that came within a second of the first (at most [`BATCH`]), or `None` when the
+/// queue is closed and empty. This thread is the process's own (the simulation never records),
+/// so it reads the real clock.
+#[allow(clippy::disallowed_methods)]
+pub(crate) fn batch<T>(rx: &Receiver<T>, max: usize) -> Option<Vec<T>> {
+    let first = loop {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(r) => break r,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(1);
+    let mut out = vec![first];
+    while out.len() < max {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(r) => out.push(r),
+            Err(_) => break,
+        }
+    }
+    Some(out)
+}
+
 fn run(rx: Receiver<Record>, mut files: Files, written: &AtomicU64) {
-    let mut batch = Vec::new();
-    let mut n = 0u64;
-    loop {
-        let first = match rx.recv_timeout(Duration::from_secs(1)) {
-            Ok(r) => Some(r),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        for r in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok()).take(BATCH - 1)) {
-            if serde_json::to_writer(&mut batch, &r).is_ok() {
-                batch.push(b'\n');
+    let mut buf = Vec::new();
+    while let Some(records) = batch(&rx, BATCH) {
+        let mut n = 0u64;
+        for r in &records {
+            if serde_json::to_writer(&mut buf, r).is_ok() {
+                buf.push(b'\n');
                 n += 1;
             }
         }
-        if batch.is_empty() {
-            continue;
-        }
-        match files.write(&batch) {
+        match files.write(&buf) {
             Ok(()) => {
                 written.fetch_add(n, Ordering::Relaxed);
             }
             Err(e) => tracing::error!(error = %e, "could not write the recording"),
         }
-        batch.clear();
-        n = 0;
+        buf.clear();
     }
 }
 

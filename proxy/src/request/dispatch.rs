@@ -186,12 +186,18 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
             same_provider_next,
             request,
             round,
-            trace: Trace::new(
-                api,
-                combo.then(|| Arc::from(plan.key.as_str())),
-                inbound.stream,
-                ids.zip(gw.telemetry.get()).map(|(ids, t)| ids.child(t.span_id())),
-            ),
+            trace: if gw.recorder.is_some() || ids.is_some() {
+                let mut t = Trace::new(
+                    api,
+                    combo.then(|| Arc::from(plan.key.as_str())),
+                    inbound.stream,
+                    ids.zip(gw.telemetry.get()).map(|(ids, t)| ids.child(t.span_id())),
+                );
+                t.excluded = exclusions(&gw, &plan, index);
+                t
+            } else {
+                Trace::unwanted()
+            },
         };
         let Some(prep) = preps[slot(provider.format)].as_mut() else {
             // plan and prepare_for keep only targets with a prepared request.
@@ -236,6 +242,20 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
         }
     }
     end(&gw, &plan, combo, last, None, &mut report, tried.attempts(), shape)
+}
+
+/// What excludes each candidate of `plan` but `picked` now (`k2 unavailable`), for the record.
+fn exclusions<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, plan: &Plan, picked: usize) -> Vec<String> {
+    let now = gw.clock.now();
+    let cands = gw.candidates(plan);
+    gw.with_engine(|e| {
+        cands
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != picked)
+            .filter_map(|(_, c)| e.exclusion(now, c).map(|(r, _)| format!("{} {}", c.connection, r.as_str())))
+            .collect()
+    })
 }
 
 /// Makes sure `preps` holds the request in the format of every target of `plan`; false when

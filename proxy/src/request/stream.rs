@@ -226,14 +226,18 @@ impl<C: Connect + Clone + Send + Sync + 'static> RelayBody<C> {
         let mut abort = false;
         let mut events = 0u64;
         let (watchdog, down) = (&mut self.watchdog, &mut self.down);
+        let trace = &mut fin.attempt.trace;
         self.parser.feed(&data, |ev| {
             events += 1;
+            if trace.wanted && ev.data.contains("usage") {
+                trace.usage_from(ev.data.as_bytes());
+            }
             if let Verdict::Abort { .. } = watchdog.observe(now, classify_sse(ev.name, ev.data)) {
                 abort = true;
             }
             down.event(ev);
         });
-        fin.attempt.trace.frame(now, data.len(), events);
+        trace.frame(now, data.len(), events);
         self.out.extend(self.down.data(data));
         // Passed through, an oversized event still reaches the client byte for byte;
         // translated, it would be lost: end the stream saying so instead.

@@ -353,6 +353,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
                 );
             }
         };
+        attempt.trace.usage_from(&bytes);
         let bytes = match exchange::answer(inbound, provider.format, bytes) {
             Ok(b) => b,
             // A 200 whose body is not what the provider's format promises is the provider's
