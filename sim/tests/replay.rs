@@ -1,4 +1,5 @@
-//! The flight recorder end to end: the real gateway (in this process, on loopback) records three
+//! The flight recorder end to end: the real gateway (in this process, on loopback, recording and
+//! exporting spans to an OTLP receiver that decodes them) records three
 //! incidents against scripted upstreams (a 429 storm on one key of two; a 503 burst on one
 //! provider of a combo; streams that slow down until the watchdog cuts them); the recording is cut with the export code and replayed in the
 //! simulator. Under the recorded config at least 95 % of requests get their recorded answer
@@ -14,6 +15,44 @@ use sim::replay::build::Recording;
 use sim::replay::{Report, render, replay};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// An OTLP/HTTP receiver counting the spans that arrive (decoded with `opentelemetry-proto`).
+async fn receiver() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use http_body_util::BodyExt;
+    use prost::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+    let addr = listener.local_addr().expect("addr");
+    let spans: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+    let count = Arc::clone(&spans);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let count = Arc::clone(&count);
+                    async move {
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        let r = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest::decode(
+                            body.as_ref(),
+                        )
+                        .expect("OTLP protobuf");
+                        let n: usize =
+                            r.resource_spans.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len()).sum();
+                        count.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                            bytes::Bytes::new(),
+                        )))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, spans)
+}
 
 /// Runs the gateway under `config` (its `{UP}` the upstream's base URL, recording into a
 /// fresh directory) while `requests` models are asked for, `every_ms` apart, each without
@@ -32,11 +71,18 @@ async fn incident(
     let text = config.replace("{UP}", &format!("http://{up}/v1"));
     let with_recording =
         format!("{text}\n[recording]\nenabled = true\npath = \"{}\"\n", dir.path().join("rec").display());
+    let (collector, spans) = receiver().await;
+    let with_recording = format!("{with_recording}[telemetry]\notlp_endpoint = \"http://{collector}\"\n");
     let cfg = Config::from_toml_str(&with_recording, &|_| None, &[]).expect("config");
     let wall = proxy::state::clock::system_wall_ms();
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.set_nodelay(true);
+    // Spans too, as the binary exports them.
+    let telemetry = proxy::recording::telemetry::Telemetry::for_config(&cfg.telemetry, &|_| None, wall)
+        .expect("telemetry")
+        .expect("an endpoint is set");
     let gw = build(cfg, http, Persistence::Memory, wall, 7).expect("gateway");
+    let _ = gw.telemetry.set(Arc::new(telemetry));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -73,6 +119,12 @@ async fn incident(
     let _ = serving.await;
     up_task.abort();
     let records = export::window(&dir.path().join("rec"), 0, u64::MAX).expect("recording");
+    // One span per record (every request is sampled), all received.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while spans.load(std::sync::atomic::Ordering::Relaxed) < records.len() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(spans.load(std::sync::atomic::Ordering::Relaxed), records.len(), "a span per record");
     (records, text)
 }
 
