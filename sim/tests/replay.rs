@@ -159,8 +159,10 @@ async fn a_429_storm_on_one_key_of_two_replays_faithfully_and_a_longer_cooldown_
         &[("retry-after", "1")],
         r#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#,
     );
+    // k1 for 4 s, k2 for 2 s in the middle: then both cool at once and clients get 429s.
     let upstream = ScriptedUpstream::new()
-        .route("m#sk-one", schedule(vec![(0, 4_000, limited)], Behaviour::echo()))
+        .route("m#sk-one", schedule(vec![(0, 4_000, limited.clone())], Behaviour::echo()))
+        .route("m#sk-two", schedule(vec![(1_000, 3_000, limited)], Behaviour::echo()))
         .route("m", Script::always(Behaviour::echo()));
     let models = vec!["up/m"; 40];
     let (records, config) = incident(config, upstream, &models, 150, false).await;
