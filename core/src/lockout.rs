@@ -8,6 +8,7 @@
 use crate::settings::ModelLockoutSettings;
 use crate::types::{Reason, Scope, scaled};
 use rustc_hash::FxBuildHasher;
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 /// Typed lockout settings.
@@ -70,7 +71,8 @@ pub fn rule_lock_scope(scope: Option<Scope>) -> Option<LockScope> {
 #[derive(Debug, Clone)]
 struct Lock {
     provider: String,
-    /// The family name, or the model for not-found and exact locks (lower-cased).
+    /// The family name, or the model for not-found and exact locks (trimmed, ASCII lower-case:
+    /// the key it is filed under).
     subject: String,
     scope: LockScope,
     reason: Reason,
@@ -143,14 +145,36 @@ pub struct LockoutEntry {
 /// Cap on remembered lock entries; expired ones go first, active ones never.
 pub const EVICTION_CAP: usize = 1000;
 
-/// All model lockouts (in memory only), indexed by connection so that a lookup never
-/// allocates.
+type Map<V> = hashbrown::HashMap<String, V, FxBuildHasher>;
+
+/// One connection's locks, by subject, so that a lookup costs the same with one lock on the
+/// connection or a hundred thousand.
+type Bucket = Map<Vec<Lock>>;
+
+/// The key a model or family is filed under: trimmed, ASCII lower-case (borrowed when it
+/// already is, as model names nearly always are).
+fn key(s: &str) -> Cow<'_, str> {
+    let s = s.trim();
+    if s.bytes().any(|b| b.is_ascii_uppercase()) { Cow::Owned(s.to_ascii_lowercase()) } else { Cow::Borrowed(s) }
+}
+
+/// All model lockouts (in memory only), indexed by connection and then by subject, so that a
+/// lookup never allocates and never scans.
 #[derive(Debug, Clone, Default)]
 pub struct ModelLockouts {
-    locks: hashbrown::HashMap<String, Vec<Lock>, FxBuildHasher>,
+    locks: Map<Bucket>,
+    /// Locks remembered, active or expired.
+    count: usize,
     /// No lock ends later than this (a bound, not lowered when locks go): once it has passed,
     /// nothing is locked and a lookup needs no search.
     ends_by: Option<Instant>,
+    /// No lock ends earlier than this (a bound, raised only by a full pass): until it has
+    /// passed, nothing has expired and eviction has nothing to look for.
+    ends_from: Option<Instant>,
+    /// Eviction looks again only past this many locks (twice those active at its last pass,
+    /// at least the cap), so that with far more active locks than the cap each new lock does
+    /// not cost a pass over all of them: a pass every so many new locks, O(1) per lock.
+    evict_at: usize,
 }
 
 impl ModelLockouts {
@@ -168,8 +192,9 @@ impl ModelLockouts {
             _ => req.model.trim(),
         };
         let bucket = self.locks.entry_ref(req.connection).or_default();
-        let pos = bucket.iter().position(|l| l.is(req.provider, subject, scope));
-        let prev = pos.map(|i| &bucket[i]);
+        let locks = bucket.entry_ref(key(subject).as_ref()).or_default();
+        let pos = locks.iter().position(|l| l.is(req.provider, subject, scope));
+        let prev = pos.map(|i| &locks[i]);
         let within = prev.is_some_and(|p| {
             now.saturating_duration_since(p.last_failure_at) <= cfg.escalation_window + p.last_cooldown
         });
@@ -183,7 +208,7 @@ impl ModelLockouts {
             None => cfg.base_cooldown.min(cfg.max_cooldown),
         };
         let until = now + cooldown;
-        match pos.map(|i| &mut bucket[i]) {
+        match pos.map(|i| &mut locks[i]) {
             Some(existing) if existing.until > until => {
                 existing.failure_count = existing.failure_count.max(failure_count);
                 existing.last_failure_at = now;
@@ -201,9 +226,9 @@ impl ModelLockouts {
                 }
             }
             // Only a new lock adds to the count: eviction is checked then.
-            None => bucket.push(Lock {
+            None => locks.push(Lock {
                 provider: req.provider.to_owned(),
-                subject: subject.to_lowercase(),
+                subject: key(subject).into_owned(),
                 scope,
                 reason: req.reason,
                 until,
@@ -215,6 +240,7 @@ impl ModelLockouts {
         }
         self.ends_by = self.ends_by.max(Some(until));
         if pos.is_none() {
+            self.added(until);
             self.evict(now);
         }
         cooldown
@@ -233,12 +259,13 @@ impl ModelLockouts {
         if until <= now {
             return None;
         }
-        let bucket = self.locks.entry(connection.to_owned()).or_default();
-        let longest = bucket.iter().filter(|l| l.covers(provider, model, None)).map(|l| l.until).max();
+        let bucket = self.locks.entry_ref(connection).or_default();
+        let locks = bucket.entry_ref(key(model).as_ref()).or_default();
+        let longest = locks.iter().filter(|l| l.covers(provider, model, None)).map(|l| l.until).max();
         match longest {
             Some(mine) if mine >= until => return None,
             Some(_) => {
-                for l in bucket.iter_mut().filter(|l| l.covers(provider, model, None)) {
+                for l in locks.iter_mut().filter(|l| l.covers(provider, model, None)) {
                     l.until = until;
                     l.reason = reason;
                     l.last_failure_at = now;
@@ -246,17 +273,20 @@ impl ModelLockouts {
                 }
             }
             // Only a new lock adds to the count: eviction is checked then.
-            None => bucket.push(Lock {
-                provider: provider.to_owned(),
-                subject: model.trim().to_lowercase(),
-                scope: LockScope::Exact,
-                reason,
-                until,
-                failure_count: 1,
-                last_failure_at: now,
-                last_cooldown: until - now,
-                model: model.to_owned(),
-            }),
+            None => {
+                locks.push(Lock {
+                    provider: provider.to_owned(),
+                    subject: key(model).into_owned(),
+                    scope: LockScope::Exact,
+                    reason,
+                    until,
+                    failure_count: 1,
+                    last_failure_at: now,
+                    last_cooldown: until - now,
+                    model: model.to_owned(),
+                });
+                self.added(until);
+            }
         }
         self.ends_by = self.ends_by.max(Some(until));
         self.evict(now);
@@ -275,12 +305,20 @@ impl ModelLockouts {
         if self.ends_by.is_none_or(|end| now >= end) {
             return None;
         }
-        self.locks
-            .get(connection)?
-            .iter()
+        let bucket = self.locks.get(connection)?;
+        Self::covering(bucket, model, family)
             .filter(|l| now < l.until && l.covers(provider, model, family))
             .map(|l| (l.until - now, l.reason))
             .max_by_key(|(d, _)| *d)
+    }
+
+    /// The locks filed under `model` or its `family` (a superset of those covering it).
+    fn covering<'b>(bucket: &'b Bucket, model: &str, family: Option<&str>) -> impl Iterator<Item = &'b Lock> {
+        let model_key = key(model);
+        let family_key = family.map(key).filter(|f| *f != model_key);
+        let of_model = bucket.get(model_key.as_ref()).into_iter().flatten();
+        let of_family = family_key.and_then(|f| bucket.get(f.as_ref())).into_iter().flatten();
+        of_model.chain(of_family)
     }
 
     /// A healthy response: halve every failure count for this model; a count reaching 0
@@ -296,34 +334,51 @@ impl ModelLockouts {
     ) -> Vec<String> {
         let mut ended = Vec::new();
         let Some(bucket) = self.locks.get_mut(connection) else { return ended };
-        bucket.retain_mut(|l| {
-            if !l.covers(provider, model, family) {
-                return true;
+        let model_key = key(model);
+        let family_key = family.map(key).filter(|f| *f != model_key);
+        let mut removed = 0;
+        for k in std::iter::once(model_key).chain(family_key) {
+            let Some(locks) = bucket.get_mut(k.as_ref()) else { continue };
+            let before = locks.len();
+            locks.retain_mut(|l| {
+                if !l.covers(provider, model, family) {
+                    return true;
+                }
+                l.failure_count /= 2;
+                if l.failure_count == 0 && now < l.until {
+                    ended.push(l.model.clone());
+                }
+                l.failure_count > 0
+            });
+            removed += before - locks.len();
+            if locks.is_empty() {
+                bucket.remove(k.as_ref());
             }
-            l.failure_count /= 2;
-            if l.failure_count == 0 && now < l.until {
-                ended.push(l.model.clone());
-            }
-            l.failure_count > 0
-        });
+        }
         if bucket.is_empty() {
             self.locks.remove(connection);
         }
+        self.count -= removed;
         ended
     }
 
     /// Removes the locks of one model on one connection; returns how many there were.
     pub fn clear(&mut self, provider: &str, connection: &str, model: &str) -> usize {
         let Some(bucket) = self.locks.get_mut(connection) else { return 0 };
-        let before = bucket.len();
-        bucket.retain(|l| {
-            !(l.provider == provider
-                && (l.subject.eq_ignore_ascii_case(model.trim()) || l.model.eq_ignore_ascii_case(model)))
-        });
-        let removed = before - bucket.len();
+        let mut removed = 0;
+        for locks in bucket.values_mut() {
+            let before = locks.len();
+            locks.retain(|l| {
+                !(l.provider == provider
+                    && (l.subject.eq_ignore_ascii_case(model.trim()) || l.model.eq_ignore_ascii_case(model)))
+            });
+            removed += before - locks.len();
+        }
+        bucket.retain(|_, locks| !locks.is_empty());
         if bucket.is_empty() {
             self.locks.remove(connection);
         }
+        self.count -= removed;
         removed
     }
 
@@ -335,13 +390,17 @@ impl ModelLockouts {
 
     /// Removes every lock of one connection (its key changed); returns how many there were.
     pub fn clear_connection(&mut self, connection: &str) -> usize {
-        self.locks.remove(connection).map_or(0, |b| b.len())
+        let removed = self.locks.remove(connection).map_or(0, |b| b.values().map(Vec::len).sum());
+        self.count -= removed;
+        removed
     }
 
     /// Removes everything; returns how many locks there were.
     pub fn clear_all(&mut self) -> usize {
         let n = self.len();
         self.locks.clear();
+        self.count = 0;
+        self.evict_at = 0;
         n
     }
 
@@ -350,7 +409,7 @@ impl ModelLockouts {
         let mut out: Vec<LockoutEntry> = self
             .locks
             .iter()
-            .flat_map(|(conn, bucket)| bucket.iter().map(move |l| (conn, l)))
+            .flat_map(|(conn, bucket)| bucket.values().flatten().map(move |l| (conn, l)))
             .filter(|(_, l)| now < l.until)
             .map(|(conn, l)| LockoutEntry {
                 provider: l.provider.clone(),
@@ -375,48 +434,77 @@ impl ModelLockouts {
 
     /// Number of remembered locks (active or expired but not yet swept).
     fn len(&self) -> usize {
-        self.locks.values().map(Vec::len).sum()
+        self.count
+    }
+
+    fn added(&mut self, until: Instant) {
+        self.count += 1;
+        self.ends_from = Some(self.ends_from.map_or(until, |e| e.min(until)));
+    }
+
+    /// Every lock.
+    fn all(&self) -> impl Iterator<Item = &Lock> {
+        self.locks.values().flat_map(|b| b.values().flatten())
+    }
+
+    /// Keeps the locks `keep` accepts; recounts and recomputes the earliest end.
+    fn retain_all(&mut self, mut keep: impl FnMut(&Lock) -> bool) {
+        for bucket in self.locks.values_mut() {
+            for locks in bucket.values_mut() {
+                locks.retain(&mut keep);
+            }
+            bucket.retain(|_, locks| !locks.is_empty());
+        }
+        self.locks.retain(|_, b| !b.is_empty());
+        self.count = self.all().count();
+        self.ends_from = self.all().map(|l| l.until).min();
     }
 
     /// Drops expired locks whose escalation window has also passed.
     pub fn sweep(&mut self, now: Instant, cfg: &LockoutConfig) {
-        for bucket in self.locks.values_mut() {
-            bucket.retain(|l| {
-                now < l.until
-                    || now.saturating_duration_since(l.last_failure_at) <= cfg.escalation_window + l.last_cooldown
-            });
+        if self.ends_from.is_none_or(|e| now < e) {
+            return; // nothing has expired
         }
-        self.locks.retain(|_, b| !b.is_empty());
+        self.retain_all(|l| {
+            now < l.until || now.saturating_duration_since(l.last_failure_at) <= cfg.escalation_window + l.last_cooldown
+        });
+        self.evict_at = 2 * self.count;
     }
 
     /// The earliest lock expiry (tests).
     #[cfg(test)]
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
-        self.locks.values().flatten().map(|l| l.until).filter(|u| *u > now).min()
+        self.all().map(|l| l.until).filter(|u| *u > now).min()
     }
 
     /// Expired locks go first (oldest first) once more than [`EVICTION_CAP`] are remembered;
-    /// active ones are never evicted.
+    /// active ones are never evicted. While none can have expired, nothing is looked at; with
+    /// more active locks than the cap, a pass comes only once their number has doubled.
     fn evict(&mut self, now: Instant) {
         let total = self.len();
-        if total <= EVICTION_CAP {
+        if total <= self.evict_at.max(EVICTION_CAP) || self.ends_from.is_none_or(|e| now < e) {
             return;
         }
-        let mut expired: Vec<Instant> =
-            self.locks.values().flatten().filter(|l| l.until <= now).map(|l| l.until).collect();
+        let mut expired: Vec<Instant> = self.all().filter(|l| l.until <= now).map(|l| l.until).collect();
+        self.evict_at = 2 * (total - expired.len());
         expired.sort();
-        let Some(&cutoff) = expired.get((total - EVICTION_CAP).min(expired.len()).saturating_sub(1)) else { return };
-        for bucket in self.locks.values_mut() {
-            // The cutoff is an expired lock's end, so every active lock ends after it.
-            bucket.retain(|l| l.until > cutoff);
-        }
-        self.locks.retain(|_, b| !b.is_empty());
+        let Some(&cutoff) = expired.get((total - EVICTION_CAP).min(expired.len()).saturating_sub(1)) else {
+            self.ends_from = self.all().map(|l| l.until).min();
+            return;
+        };
+        // The cutoff is an expired lock's end, so every active lock ends after it.
+        self.retain_all(|l| l.until > cutoff);
     }
 
     /// The failure count of one lock, for tests.
     #[cfg(test)]
     fn count_of(&self, provider: &str, connection: &str, subject: &str, scope: LockScope) -> Option<u32> {
-        self.locks.get(connection)?.iter().find(|l| l.is(provider, subject, scope)).map(|l| l.failure_count)
+        self.locks
+            .get(connection)?
+            .get(key(subject).as_ref())?
+            .iter()
+            .find(|l| l.is(provider, subject, scope))
+            .map(|l| l.failure_count)
     }
 }
 

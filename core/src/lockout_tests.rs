@@ -205,3 +205,31 @@ fn past_the_cap_the_oldest_expired_locks_go_first_and_active_ones_never() {
     assert_eq!(l.len(), EVICTION_CAP + 1);
     assert_eq!(l.list(t).len(), EVICTION_CAP + 1);
 }
+
+#[test]
+fn with_far_more_active_locks_than_the_cap_expired_ones_still_go_and_lookups_stay_exact() {
+    let t = t0();
+    let (long, short) = (cfg(36_000_000, 36_000_000), cfg(1_000, 1_000));
+    let mut l = ModelLockouts::new();
+    let models: Vec<String> = (0..5 * EVICTION_CAP).map(|i| format!("Model-{i}")).collect();
+    for m in &models {
+        l.record_failure(t, &long, &req(m, 503, None));
+    }
+    // Short locks, each expired when the next comes: memory stays within twice the active
+    // locks (and the cap), however many come.
+    for i in 0..12 * EVICTION_CAP {
+        let m = format!("short-{i}");
+        l.record_failure(t + Duration::from_secs(2 * i as u64), &short, &req(&m, 503, None));
+        assert!(l.len() <= 2 * (models.len() + 1) + 1, "{} locks remembered after {i}", l.len());
+    }
+    let later = t + Duration::from_secs(2 * 12 * EVICTION_CAP as u64);
+    assert!(later < t + Duration::from_secs(36_000), "the long locks are still running");
+    assert!(l.len() < 12 * EVICTION_CAP, "expired short locks went: {} remembered", l.len());
+    for m in models.iter().step_by(997) {
+        assert!(l.remaining(later, "codex", "c1", &m.to_lowercase(), None).is_some(), "{m} (any case)");
+        assert!(l.remaining(later, "codex", "c1", &format!(" {m} "), None).is_some(), "{m} (trimmed)");
+    }
+    assert!(l.remaining(later, "codex", "c1", "short-0", None).is_none());
+    assert!(l.remaining(later, "codex", "c1", "Model-x", None).is_none());
+    assert!(l.remaining(later, "codex", "c2", "Model-1", None).is_none(), "another connection");
+}

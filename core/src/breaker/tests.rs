@@ -4,6 +4,7 @@ use super::*;
 use crate::breaker::registry::BreakerRegistry;
 use crate::testutil::t0;
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 
 fn cfg(ft: u32, degr: u32, reset_ms: u64) -> BreakerConfig {
     BreakerConfig {
@@ -252,6 +253,57 @@ fn registry_cap_never_evicts_open_breakers() {
     }
     assert!(reg.len() <= 500);
     assert_eq!(reg.get("must-survive").map(|b| b.state(now)), Some(BreakerState::Open));
+}
+
+proptest! {
+    /// Draining only the providers that may hold events gives the same transitions, in the same
+    /// order, as walking every breaker in provider order (the registry's old way), whatever the
+    /// order breakers are touched, reset and drained in.
+    #[test]
+    fn registry_drains_as_a_walk_of_every_breaker_would(
+        ops in proptest::collection::vec((0usize..6, 0u8..6), 1..120),
+        cap in prop_oneof![Just(2usize), Just(500)],
+    ) {
+        let mut now = t0();
+        let c = cfg(2, 1, 1_000);
+        // A cap of 2 evicts idle breakers (and moves slots) all the time.
+        let mut reg = BreakerRegistry::with_cap(cap);
+        let mut every: BTreeMap<String, Breaker> = BTreeMap::new();
+        let walk = |every: &mut BTreeMap<String, Breaker>| {
+            every.iter_mut().find_map(|(p, b)| b.poll_event().map(|e| (p.clone(), e.from, e.to)))
+        };
+        for (i, op) in ops {
+            let p = format!("p{i}");
+            let mirror = every.entry(p.clone()).or_insert_with(|| Breaker::new(&c, now));
+            if op == 2 && reg.get(&p).is_none() {
+                reg.get_or_insert(&p, &c, now);
+            }
+            match op {
+                0 => { fail(reg.get_or_insert(&p, &c, now), now); fail(mirror, now) }
+                1 => { succeed(reg.get_or_insert(&p, &c, now), now); succeed(mirror, now) }
+                2 => { reg.reset(&p, now); mirror.reset(now) }
+                3 => now += MS(700),
+                4 => loop {
+                    let got = reg.poll_event().map(|t| (t.provider, t.from, t.to));
+                    prop_assert_eq!(&got, &walk(&mut every));
+                    if got.is_none() { break; }
+                },
+                // Each provider's breaker is found where it is (an evicted one was idle).
+                _ => {
+                    for (p, b) in &every {
+                        let held = reg.get(p).map(|r| (r.state(now), r.failure_count));
+                        let want = (b.state(now), b.failure_count);
+                        prop_assert!(held.map_or(want == (BreakerState::Closed, 0), |h| h == want), "{p}: {held:?} vs {want:?}");
+                    }
+                }
+            }
+        }
+        loop {
+            let got = reg.poll_event().map(|t| (t.provider, t.from, t.to));
+            prop_assert_eq!(&got, &walk(&mut every));
+            if got.is_none() { break; }
+        }
+    }
 }
 
 #[test]

@@ -1,0 +1,116 @@
+//! A routing decision's cost as the world grows: `scale WORLD COUNT` builds one world, makes
+//! 20 warm-up decisions and then COUNT more, and exits. Each decision is the decision bench's
+//! (a pick among 8 keys of one provider, round robin, with a session; a 429 classified and
+//! recorded; events drained). Run it under callgrind for two counts and subtract, and the
+//! difference is a per-decision cost free of the world's build: `scripts/scale-instructions`
+//! does so for every world and prints each as a multiple of `base`.
+//!
+//! Worlds: `base` (nothing else), `providers-1000` (999 more providers, each breaker holding a
+//! failure), `lockouts-100k-spread` (100 000 active model lockouts on 1 000 other
+//! connections), `lockouts-100k-one-key` (100 000 active lockouts of other models, all on
+//! `k1`, one of the 8), `pins-1m` (1 000 000 session pins on the 8 keys).
+
+use ferroute_core::engine::{AttemptOutcome, Candidate, Engine, Route, Selection, SharedChange, Strategy, Traits};
+use ferroute_core::settings::ResilienceSettings;
+use ferroute_core::tried::Tried;
+use ferroute_core::types::{ProviderClass, Reason};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const IDS: [&str; 8] = ["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"];
+const BODY: &str = r#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on requests per min","type":"requests","code":"rate_limit_exceeded"}}"#;
+const HEADERS: &[(&str, &str)] =
+    &[("content-type", "application/json"), ("retry-after", "1"), ("x-request-id", "req_123")];
+/// Longer than any run: the world's state stays active throughout.
+const YEARS_MS: u64 = 10 * 365 * 24 * 3_600_000;
+
+#[allow(clippy::disallowed_methods)] // a benchmark needs one real starting instant
+fn start() -> Instant {
+    Instant::now()
+}
+
+fn build(engine: &mut Engine, world: &str, now: Instant) -> Result<(), String> {
+    let class = |_: &str| Some(ProviderClass::ApiKey);
+    let mut apply = |change: SharedChange| engine.apply_shared(now, &change, &class);
+    let lockout = |connection: String, model: String| SharedChange::Lockout {
+        provider: "openai".to_owned(),
+        connection,
+        model,
+        reason: Reason::RateLimitExceeded,
+        remaining_ms: YEARS_MS,
+    };
+    match world {
+        "base" => {}
+        "providers-1000" => {
+            for i in 0..999 {
+                apply(SharedChange::ProviderFailure { provider: format!("p{i:04}"), connection: format!("p{i:04}-k") });
+            }
+        }
+        "lockouts-100k-spread" => {
+            for i in 0..100_000 {
+                apply(lockout(format!("c{:04}", i % 1_000), format!("m{}", i / 1_000)));
+            }
+        }
+        "lockouts-100k-one-key" => {
+            for i in 0..100_000 {
+                apply(lockout("k1".to_owned(), format!("m{i}")));
+            }
+        }
+        "pins-1m" => {
+            for i in 0..1_000_000 {
+                apply(SharedChange::Pin {
+                    session: format!("s{i}"),
+                    provider: "openai".to_owned(),
+                    connection: IDS[i % IDS.len()].to_owned(),
+                    remaining_ms: YEARS_MS,
+                });
+            }
+        }
+        other => return Err(format!("unknown world {other:?}")),
+    }
+    while engine.poll_event().is_some() {}
+    Ok(())
+}
+
+fn main() -> Result<(), String> {
+    // `cargo bench` passes `--bench`; the world and count are the first two other arguments.
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let world = args.first().map_or("base", String::as_str);
+    let count: u64 = match args.get(1) {
+        Some(n) => n.parse().map_err(|_| format!("COUNT must be a number, not {n:?}"))?,
+        None => 1_000,
+    };
+    let cands: Vec<Candidate<'_>> = IDS
+        .iter()
+        .map(|id| Candidate {
+            traits: Traits { connection_strategy: Strategy::RoundRobin, ..Traits::default() },
+            ..Candidate::new("openai", ProviderClass::ApiKey, id, "gpt-4o")
+        })
+        .collect();
+    let mut settings = ResilienceSettings::default();
+    settings.model_lockout.enabled = true;
+    let mut engine = Engine::new(settings, 1);
+    let mut now = start();
+    build(&mut engine, world, now)?;
+    let skip = Tried::new();
+    let route = Route {
+        session: Some("bench-session"),
+        session_ttl: Duration::from_secs(86_400),
+        ..Route::new(Strategy::RoundRobin, "bench")
+    };
+    for _ in 0..20 + count {
+        // An hour on, the cooldowns and lockouts the loop itself made have passed (the world's
+        // own last for years), so each iteration is one whole decision.
+        now += Duration::from_secs(3600);
+        match engine.select(now, &cands, &route, &skip) {
+            Selection::Pick { index, ticket } => {
+                let outcome = AttemptOutcome::Upstream { status: 429, headers: HEADERS, body: BODY };
+                black_box(engine.record(now, &cands[index], "openai", ticket, outcome, false, false, None));
+            }
+            other => return Err(format!("every key is available again an hour later: {other:?}")),
+        }
+        while engine.poll_event().is_some() {}
+    }
+    println!("{world}: {count} decisions");
+    Ok(())
+}
