@@ -36,10 +36,7 @@ pub async fn start_gateway_with(
     let env = |_: &str| None;
     let mut config = match upstream {
         Some(addr) => {
-            let text = head.to_owned()
-                + &format!(
-                    "[[providers]]\nid = \"bench\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\", \"s\"]\n[[connections]]\nid = \"bench-1\"\nprovider = \"bench\"\napi_key = \"sk-bench\"\n[[providers]]\nid = \"bench-ant\"\nformat = \"anthropic\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\", \"as\"]\n[[connections]]\nid = \"bench-ant-1\"\nprovider = \"bench-ant\"\napi_key = \"sk-bench\"\n"
-                );
+            let text = head.to_owned() + &bench_config(addr);
             Config::from_toml_str(&text, &env, &[]).map_err(|e| anyhow::anyhow!("{e}"))?
         }
         None => Config::embedded(&env, &[]).map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -65,6 +62,24 @@ pub async fn start_gateway_with(
     }
     tokio::spawn(proxy::edge::serve::serve_gateway(gw, listener, std::future::pending()));
     Ok(addr)
+}
+
+/// Keys each benchmark provider has, taken round robin (as the minimal gateway does).
+pub const BENCH_KEYS: usize = 8;
+
+/// The benchmark's providers: `bench` (OpenAI format: `m`, `s`) and `bench-ant` (Anthropic
+/// format: `m`, `as`), each with [`BENCH_KEYS`] keys taken round robin.
+fn bench_config(addr: SocketAddr) -> String {
+    let mut text = String::new();
+    for (id, format, models) in [("bench", "openai", "\"m\", \"s\""), ("bench-ant", "anthropic", "\"m\", \"as\"")] {
+        text += &format!(
+            "[[providers]]\nid = \"{id}\"\nformat = \"{format}\"\nbase_url = \"http://{addr}/v1\"\nmodels = [{models}]\nconnection_strategy = \"round-robin\"\n"
+        );
+        for k in 1..=BENCH_KEYS {
+            text += &format!("[[connections]]\nid = \"{id}-{k}\"\nprovider = \"{id}\"\napi_key = \"sk-bench-{k}\"\n");
+        }
+    }
+    text
 }
 
 /// An HTTP sink that answers every request 200 with an empty body (an OTLP collector that
@@ -110,6 +125,65 @@ pub async fn start_passthrough(upstream: SocketAddr) -> anyhow::Result<SocketAdd
                             format!("http://{upstream}{pq}").parse().map_err(|_| std::io::Error::other("bad uri"))?;
                         let resp = client.request(req).await.map_err(std::io::Error::other)?;
                         Ok::<_, std::io::Error>(resp.map(|b| b.boxed() as PassBody))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), svc).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// The least any gateway must do, the yardstick for ferroute's own cost: the pass-through
+/// above that also reads the whole body, parses it as JSON for `model` (a 400 without one),
+/// picks one of [`BENCH_KEYS`] keys round robin, sets that key's `Authorization` header and
+/// counts the request. Answers stream back as they come.
+pub async fn start_minimal(upstream: SocketAddr) -> anyhow::Result<SocketAddr> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow)]
+        model: std::borrow::Cow<'a, str>,
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(http);
+    let keys: Arc<[http::HeaderValue]> = (1..=BENCH_KEYS)
+        .map(|k| http::HeaderValue::from_str(&format!("Bearer sk-bench-{k}")))
+        .collect::<Result<_, _>>()?;
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let served = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    tokio::spawn(async move {
+        loop {
+            let Ok((io, _)) = listener.accept().await else { continue };
+            let _ = io.set_nodelay(true);
+            let (client, keys, next, served) = (client.clone(), keys.clone(), next.clone(), served.clone());
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: hyper::Request<Incoming>| {
+                    let (client, keys, next, served) = (client.clone(), keys.clone(), next.clone(), served.clone());
+                    async move {
+                        let (mut parts, body) = req.into_parts();
+                        let body = body.collect().await?.to_bytes();
+                        match serde_json::from_slice::<Head<'_>>(&body) {
+                            Ok(head) if !head.model.is_empty() => {}
+                            _ => {
+                                let mut resp = hyper::Response::new(Full::new(Bytes::from_static(
+                                    br#"{"error":{"message":"the body needs a model"}}"#,
+                                )));
+                                *resp.status_mut() = hyper::StatusCode::BAD_REQUEST;
+                                return Ok(resp.map(|b| b.map_err(|never| match never {}).boxed()));
+                            }
+                        }
+                        let pq = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+                        parts.uri =
+                            format!("http://{upstream}{pq}").parse().map_err(|_| std::io::Error::other("bad uri"))?;
+                        let key = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % keys.len();
+                        parts.headers.insert(http::header::AUTHORIZATION, keys[key].clone());
+                        served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let resp = client.request(hyper::Request::from_parts(parts, Full::new(body))).await;
+                        let resp = resp.map_err(std::io::Error::other)?;
+                        Ok::<_, anyhow::Error>(resp.map(|b| b.boxed() as PassBody))
                     }
                 });
                 let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), svc).await;

@@ -1,17 +1,20 @@
 //! The overhead benchmark: one request mix sent (a) straight to the scripted upstream, (b)
-//! through a minimal hyper pass-through, and (c) through ferroute, at fixed open-loop rates and
-//! at closed-loop maximum, JSON and SSE; all measured in one run, interleaved, on loopback.
-//! (d) sends the same chat requests through ferroute to an Anthropic-format provider, so the
-//! cost of translating requests, answers and streams shows beside the same-format hop.
+//! through a bare hyper pass-through, (c) through the minimal gateway (the pass-through that
+//! also reads the body for `model`, picks one of 8 keys round robin and counts the request: the
+//! least any gateway must do, and the yardstick) and (d) through ferroute (8 keys, round robin),
+//! at fixed open-loop rates and at closed-loop maximum, JSON and SSE; all measured in one run,
+//! interleaved, on loopback. (e) sends the same chat requests through ferroute to an
+//! Anthropic-format provider, so the cost of translating requests, answers and streams shows
+//! beside the same-format hop.
 
 use clap::Parser;
-use load::{Latency, body, max_throughput, open_loop, start_gateway, start_passthrough};
+use load::{Latency, body, max_throughput, open_loop, start_gateway, start_minimal, start_passthrough};
 use scenarios::serve_upstream;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Measure ferroute's added latency and throughput against the bare upstream and a bare
-/// pass-through.
+/// Measure ferroute's added latency and throughput against the bare upstream, a bare
+/// pass-through and the minimal gateway.
 #[derive(Parser, Debug)]
 #[command(name = "overhead")]
 struct Cli {
@@ -42,11 +45,13 @@ async fn main() -> anyhow::Result<()> {
     let up = listener.local_addr()?;
     tokio::spawn(serve_upstream(listener, Arc::new(script)));
     let pass = start_passthrough(up).await?;
+    let minimal = start_minimal(up).await?;
     let data = std::env::temp_dir().join(format!("ferroute-overhead-{}", std::process::id()));
     let gw = start_gateway(Some(up), &data).await?;
     let targets = [
         ("direct", format!("http://{up}/v1/chat/completions"), ""),
         ("pass-through", format!("http://{pass}/v1/chat/completions"), ""),
+        ("minimal", format!("http://{minimal}/v1/chat/completions"), ""),
         ("ferroute", format!("http://{gw}/v1/chat/completions"), "bench/"),
         ("translated", format!("http://{gw}/v1/chat/completions"), "bench-ant/"),
     ];
@@ -61,12 +66,12 @@ async fn main() -> anyhow::Result<()> {
         cli.seconds
     );
     println!(
-        "{:<5} {:>5} | {:>13} | {:>13} | {:>13} | {:>15} | {:>13} | {:>13}",
-        "mode", "rps", "direct", "pass-through", "ferroute", "added vs direct", "x direct", "x pass"
+        "{:<5} {:>5} | {:>13} | {:>13} | {:>13} | {:>13} | {:>15} | {:>13} | {:>13}",
+        "mode", "rps", "direct", "pass-through", "minimal", "ferroute", "added vs direct", "x pass", "x minimal"
     );
     println!(
-        "{:<5} {:>5} | {:>13} | {:>13} | {:>13} | {:>15} | {:>13} | {:>13}",
-        "", "", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99"
+        "{:<5} {:>5} | {:>13} | {:>13} | {:>13} | {:>13} | {:>15} | {:>13} | {:>13}",
+        "", "", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99", "p50 / p99"
     );
     let mut translated = Vec::new();
     for (mode, stream) in [("json", false), ("sse", true)] {
@@ -75,23 +80,25 @@ async fn main() -> anyhow::Result<()> {
             for (_, url, prefix) in &targets {
                 got.push(open_loop(url, body(&model_of(prefix, stream), stream), rps, dur).await);
             }
-            let (d, p, f) = (got[0], got[1], got[2]);
-            translated.push((mode, rps, f, got[3]));
+            let (d, p, m, f) = (got[0], got[1], got[2], got[3]);
+            translated.push((mode, rps, f, got[4]));
             let failed: usize = got.iter().map(|l| l.failed).sum();
             println!(
-                "{mode:<5} {rps:>5} | {:>5} / {:<5} | {:>5} / {:<5} | {:>5} / {:<5} | {:>6} / {:<6} | {:>5.2} / {:<5.2} | {:>5.2} / {:<5.2}{}",
+                "{mode:<5} {rps:>5} | {:>5} / {:<5} | {:>5} / {:<5} | {:>5} / {:<5} | {:>5} / {:<5} | {:>6} / {:<6} | {:>5.2} / {:<5.2} | {:>5.2} / {:<5.2}{}",
                 ms(d.p50_us),
                 ms(d.p99_us),
                 ms(p.p50_us),
                 ms(p.p99_us),
+                ms(m.p50_us),
+                ms(m.p99_us),
                 ms(f.p50_us),
                 ms(f.p99_us),
                 ms(f.p50_us - d.p50_us),
                 ms(f.p99_us - d.p99_us),
-                f.p50_us / d.p50_us,
-                f.p99_us / d.p99_us,
                 f.p50_us / p.p50_us,
                 f.p99_us / p.p99_us,
+                f.p50_us / m.p50_us,
+                f.p99_us / m.p99_us,
                 if failed > 0 { format!("  ({failed} failed)") } else { String::new() }
             );
         }
@@ -117,14 +124,15 @@ async fn main() -> anyhow::Result<()> {
             rps.push(max_throughput(url, body(&model_of(prefix, stream), stream), cli.workers, dur).await);
         }
         println!(
-            "{mode:<5} direct {:>8.0} rps | pass-through {:>8.0} rps | ferroute {:>8.0} rps | ferroute/direct {:.2} | ferroute/pass-through {:.2} | translated {:>8.0} rps = {:.2} x same format",
+            "{mode:<5} direct {:>8.0} rps | pass-through {:>8.0} rps | minimal {:>8.0} rps | ferroute {:>8.0} rps | ferroute/pass-through {:.2} | ferroute/minimal {:.2} | translated {:>8.0} rps = {:.2} x same format",
             rps[0],
             rps[1],
             rps[2],
-            rps[2] / rps[0],
-            rps[2] / rps[1],
             rps[3],
-            rps[3] / rps[2]
+            rps[3] / rps[1],
+            rps[3] / rps[2],
+            rps[4],
+            rps[4] / rps[3]
         );
     }
     let _ = std::fs::remove_dir_all(&data);

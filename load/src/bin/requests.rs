@@ -1,12 +1,16 @@
 //! Sends a fixed number of requests one after another through an in-process ferroute and
 //! exits, for counting instructions: run it under `valgrind --tool=callgrind` for two targets
 //! (or two counts) and subtract, and the difference is a repeatable per-request cost, free of
-//! the machine's timing noise. `--target passthrough` gives the bare pass-through's cost, the
-//! yardstick for the gateway's: `scripts/instructions` runs all of it and prints the ratios. Everything (upstream, gateway, client) shares the one process.
+//! the machine's timing noise. `--target passthrough` gives the bare pass-through's cost and
+//! `--target minimal` the minimal gateway's, the yardstick for ferroute's: `scripts/instructions`
+//! runs all of it and prints the ratios. Everything (upstream, gateway, client) shares the one
+//! process; `scripts/instructions` also counts heap allocations per request the same way, with
+//! valgrind's DHAT.
 
 use clap::Parser;
 use load::{
-    bench_model, bench_upstream, body, sequential, start_gateway, start_gateway_with, start_passthrough, start_sink,
+    bench_model, bench_upstream, body, sequential, start_gateway, start_gateway_with, start_minimal, start_passthrough,
+    start_sink,
 };
 use scenarios::serve_upstream;
 use std::sync::Arc;
@@ -16,8 +20,11 @@ use std::sync::Arc;
 enum Target {
     /// Straight to the scripted upstream.
     Direct,
-    /// Through the bare hyper pass-through (the overhead tool's yardstick).
+    /// Through the bare hyper pass-through (the physical limit of any proxy).
     Passthrough,
+    /// Through the minimal gateway (the pass-through that reads the body for `model`, picks one
+    /// of 8 keys round robin and counts the request): the yardstick for ferroute's cost.
+    Minimal,
     /// Chat requests through ferroute to an OpenAI-format provider.
     Same,
     /// Chat requests through ferroute to an Anthropic-format provider (translated).
@@ -54,6 +61,7 @@ async fn main() -> anyhow::Result<()> {
     let (addr, prefix) = match cli.target {
         Target::Direct => (up, ""),
         Target::Passthrough => (start_passthrough(up).await?, ""),
+        Target::Minimal => (start_minimal(up).await?, ""),
         Target::Same => (start_gateway(Some(up), &data).await?, "bench/"),
         Target::Translated => (start_gateway(Some(up), &data).await?, "bench-ant/"),
         Target::Recorded => {
