@@ -32,6 +32,9 @@ pub enum Write {
         field: String,
         /// Its value.
         value: String,
+        /// When it stops mattering (Unix ms), if it does.
+        #[serde(default)]
+        expires_ms: Option<u64>,
     },
     /// Removes fields.
     Delete {
@@ -42,6 +45,11 @@ pub enum Write {
     Publish {
         /// The message.
         message: String,
+    },
+    /// Removes the fields whose end is at or before `now_ms` (Redis: `prune_redis.lua`).
+    Prune {
+        /// Now (Unix ms).
+        now_ms: u64,
     },
 }
 
@@ -86,6 +94,8 @@ pub enum Request {
 
 struct Inner {
     hash: BTreeMap<String, String>,
+    /// The end of each field that has one.
+    expiry: BTreeMap<String, u64>,
     published: u64,
     followers: Vec<mpsc::UnboundedSender<String>>,
     /// Ferroute's lease and token scripts over their own keyspace.
@@ -108,7 +118,8 @@ impl StoreHost {
     pub fn new() -> Arc<StoreHost> {
         // The scripts are compiled into the binary; a failure to load them is a build mistake.
         let scripts = Scripts::new().unwrap_or_else(|e| panic!("Ferroute's Redis scripts do not load: {e}"));
-        let inner = Inner { hash: BTreeMap::new(), published: 0, followers: Vec::new(), scripts };
+        let inner =
+            Inner { hash: BTreeMap::new(), expiry: BTreeMap::new(), published: 0, followers: Vec::new(), scripts };
         Arc::new(StoreHost { inner: Mutex::new(inner) })
     }
 
@@ -128,11 +139,24 @@ impl StoreHost {
             Request::Apply { ops } => {
                 for op in ops {
                     match op {
-                        Write::Set { field, value } => {
+                        Write::Set { field, value, expires_ms } => {
+                            match expires_ms {
+                                Some(at) => s.expiry.insert(field.clone(), at),
+                                None => s.expiry.remove(&field),
+                            };
                             s.hash.insert(field, value);
+                        }
+                        Write::Prune { now_ms } => {
+                            let gone: Vec<String> =
+                                s.expiry.iter().filter(|(_, at)| **at <= now_ms).map(|(f, _)| f.clone()).collect();
+                            for f in gone {
+                                s.expiry.remove(&f);
+                                s.hash.remove(&f);
+                            }
                         }
                         Write::Delete { fields } => {
                             for f in fields {
+                                s.expiry.remove(&f);
                                 s.hash.remove(&f);
                             }
                         }
@@ -214,8 +238,8 @@ mod tests {
         let s = StoreHost::new();
         let apply = |ops| s.handle(Request::Apply { ops });
         apply(vec![
-            Write::Set { field: "a".into(), value: "1".into() },
-            Write::Set { field: "b".into(), value: "2".into() },
+            Write::Set { field: "a".into(), value: "1".into(), expires_ms: None },
+            Write::Set { field: "b".into(), value: "2".into(), expires_ms: None },
             Write::Delete { fields: vec!["a".into()] },
         ]);
         assert_eq!(s.handle(Request::Load), json!({"ok": [["b", "2"]]}));

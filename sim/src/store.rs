@@ -94,9 +94,10 @@ impl SharedStore for StoreClient {
             let ops = ops
                 .into_iter()
                 .map(|op| match op {
-                    StoreOp::Set { field, value } => Write::Set { field, value },
+                    StoreOp::Set { field, value, expires_ms } => Write::Set { field, value, expires_ms },
                     StoreOp::Delete { fields } => Write::Delete { fields },
                     StoreOp::Publish { message } => Write::Publish { message },
+                    StoreOp::Prune { now_ms } => Write::Prune { now_ms },
                 })
                 .collect();
             self.ok(&Request::Apply { ops }).await.map(|_| ())

@@ -250,7 +250,7 @@ fn an_unreachable_redis_fails_lease_operations_within_the_timeout() {
 /// latest state and then every message published after it joined, in order, and the store
 /// counts what it published (a follower's liveness check).
 async fn state_contract(store: Arc<dyn SharedStore>) {
-    let set = |f: &str, v: &str| StoreOp::Set { field: f.into(), value: v.into() };
+    let set = |f: &str, v: &str| StoreOp::Set { field: f.into(), value: v.into(), expires_ms: None };
     store.apply(vec![set("breaker:a", "1"), set("pin:p:s", "2"), set("breaker:a", "3")]).await.expect("apply");
     let mut fields = store.fields().await.expect("fields");
     fields.sort();
@@ -277,6 +277,54 @@ async fn state_contract(store: Arc<dyn SharedStore>) {
     fields.sort();
     assert_eq!(fields, ["breaker:a", "lockout:x"]);
     assert_eq!(store.published().await.expect("count"), 3, "every message published is counted");
+}
+
+/// Fields with an end go once it has passed, and only then: 100 000 short locks leave the
+/// stored state as it was (a field rewritten with a later end, or with none, stays).
+async fn prune_contract(store: Arc<dyn SharedStore>) {
+    let set = |f: String, expires_ms: Option<u64>| StoreOp::Set { field: f, value: "v".into(), expires_ms };
+    store
+        .apply(vec![
+            set("breaker:a".into(), None),
+            set("connection:k1".into(), None),
+            set("lockout:p:k1:long".into(), Some(10_000_000)),
+        ])
+        .await
+        .expect("apply");
+    for chunk in 0..20u64 {
+        let ops = (0..5_000u64)
+            .map(|i| set(format!("lockout:p:k{}:m{}", chunk % 4, chunk * 5_000 + i), Some(1_000 + chunk)))
+            .collect();
+        store.apply(ops).await.expect("apply");
+    }
+    store
+        .apply(vec![
+            // Rewritten: with a later end, and with none (the lock became something kept).
+            set("lockout:p:k0:m0".into(), Some(5_000)),
+            set("lockout:p:k1:m5000".into(), None),
+            StoreOp::Prune { now_ms: 999 },
+        ])
+        .await
+        .expect("apply");
+    assert_eq!(store.fields().await.expect("fields").len(), 100_003, "nothing has ended at 999");
+    store.apply(vec![StoreOp::Prune { now_ms: 2_000 }]).await.expect("prune");
+    let mut fields = store.fields().await.expect("fields");
+    fields.sort();
+    assert_eq!(
+        fields,
+        ["breaker:a", "connection:k1", "lockout:p:k0:m0", "lockout:p:k1:long", "lockout:p:k1:m5000"],
+        "only what has not ended"
+    );
+    store.apply(vec![StoreOp::Prune { now_ms: 6_000 }]).await.expect("prune");
+    assert_eq!(store.fields().await.expect("fields").len(), 4, "the rewritten lock ended at 5 000");
+}
+
+#[test]
+fn redis_and_the_store_host_prune_ended_fields_alike() {
+    let rt = runtime();
+    let Some(redis) = rt.block_on(Redis::start()) else { return };
+    rt.block_on(prune_contract(redis_store(&redis, "prune")));
+    rt.block_on(async { prune_contract(sim_store().await).await });
 }
 
 #[test]

@@ -103,9 +103,12 @@ async fn publisher(
 }
 
 /// One batch as store writes: each change's latest state under its field (a dropped pin or a
-/// clear removes fields), and the change published.
+/// clear removes fields; a lockout's or a pin's field carries its end), and the change
+/// published; then the fields whose end has passed are pruned, so that the stored state tracks
+/// live state rather than every lock and pin there ever was.
 async fn write(store: &dyn SharedStore, name: &str, batch: &[(u64, SharedChange)]) -> Result<(), StoreError> {
-    let mut ops = Vec::with_capacity(batch.len() * 2);
+    let mut ops = Vec::with_capacity(batch.len() * 2 + 1);
+    let now_ms = batch.iter().map(|(wall_ms, _)| *wall_ms).max().unwrap_or(0);
     for (wall_ms, change) in batch {
         let envelope = Envelope { replica: name.to_owned(), wall_ms: *wall_ms, change: change.clone() };
         let json = serde_json::to_string(&envelope).unwrap_or_default();
@@ -120,12 +123,24 @@ async fn write(store: &dyn SharedStore, name: &str, batch: &[(u64, SharedChange)
             if matches!(change, SharedChange::PinDropped { .. }) {
                 ops.push(StoreOp::Delete { fields: vec![field] });
             } else {
-                ops.push(StoreOp::Set { field, value: json.clone() });
+                ops.push(StoreOp::Set { field, value: json.clone(), expires_ms: expires(*wall_ms, change) });
             }
         }
         ops.push(StoreOp::Publish { message: json });
     }
+    ops.push(StoreOp::Prune { now_ms });
     store.apply(ops).await
+}
+
+/// When a stored change stops mattering: a lockout's or a pin's end. Breakers and connections
+/// are kept (one field each, and their escalation outlives any deadline).
+fn expires(wall_ms: u64, change: &SharedChange) -> Option<u64> {
+    match change {
+        SharedChange::Lockout { remaining_ms, .. } | SharedChange::Pin { remaining_ms, .. } => {
+            Some(wall_ms.saturating_add(*remaining_ms))
+        }
+        _ => None,
+    }
 }
 
 /// Whether the stored lock `field` (`lockout:provider:connection:model`) is one a clear removes.

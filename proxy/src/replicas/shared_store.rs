@@ -42,6 +42,8 @@ pub enum StoreOp {
         field: String,
         /// Its value.
         value: String,
+        /// When it stops mattering (Unix ms: a lockout's or a pin's end), if it does.
+        expires_ms: Option<u64>,
     },
     /// Removes fields of the stored state.
     Delete {
@@ -52,6 +54,11 @@ pub enum StoreOp {
     Publish {
         /// The message.
         message: String,
+    },
+    /// Removes every field whose `expires_ms` is at or before `now_ms`, atomically.
+    Prune {
+        /// Now (Unix ms).
+        now_ms: u64,
     },
 }
 
@@ -103,11 +110,13 @@ pub struct RedisStore {
     client: redis::Client,
     prefix: String,
     state: String,
+    expiry: String,
     channel: String,
     counter: String,
     conn: tokio::sync::Mutex<Option<ConnectionManager>>,
     script: redis::Script,
     tokens: redis::Script,
+    prune: redis::Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -115,6 +124,9 @@ impl std::fmt::Debug for RedisStore {
         f.debug_struct("RedisStore").field("prefix", &self.prefix).finish_non_exhaustive()
     }
 }
+
+/// Most expired fields one call of `prune_redis.lua` removes.
+const PRUNE_BATCH: usize = 2_000;
 
 /// Longest wait to connect to Redis, or for one of its answers.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -126,11 +138,13 @@ impl RedisStore {
             client,
             prefix: prefix.to_owned(),
             state: format!("{prefix}:state"),
+            expiry: format!("{prefix}:expiry"),
             channel: format!("{prefix}:changes"),
             counter: format!("{prefix}:published"),
             conn: tokio::sync::Mutex::new(None),
             script: redis::Script::new(include_str!("lease_redis.lua")),
             tokens: redis::Script::new(include_str!("oauth_redis.lua")),
+            prune: redis::Script::new(include_str!("prune_redis.lua")),
         }
     }
 
@@ -175,18 +189,46 @@ impl SharedStore for RedisStore {
             let mut conn = self.connection().await?;
             let mut pipe = redis::pipe();
             let published = ops.iter().filter(|op| matches!(op, StoreOp::Publish { .. })).count();
+            let mut prune = None;
+            let writes = ops.iter().any(|op| match op {
+                StoreOp::Prune { .. } => false,
+                StoreOp::Delete { fields } => !fields.is_empty(),
+                _ => true,
+            });
             for op in ops {
                 match op {
-                    StoreOp::Set { field, value } => pipe.hset(&self.state, field, value).ignore(),
+                    StoreOp::Set { field, value, expires_ms } => {
+                        pipe.hset(&self.state, &field, value).ignore();
+                        match expires_ms {
+                            Some(at) => pipe.zadd(&self.expiry, field, at).ignore(),
+                            None => pipe.zrem(&self.expiry, field).ignore(),
+                        }
+                    }
                     StoreOp::Delete { fields } if fields.is_empty() => continue,
-                    StoreOp::Delete { fields } => pipe.hdel(&self.state, fields).ignore(),
+                    StoreOp::Delete { fields } => {
+                        pipe.hdel(&self.state, &fields).ignore();
+                        pipe.zrem(&self.expiry, fields).ignore()
+                    }
                     StoreOp::Publish { message } => pipe.publish(&self.channel, message).ignore(),
+                    StoreOp::Prune { now_ms } => {
+                        prune = Some(now_ms);
+                        continue;
+                    }
                 };
             }
             if published > 0 {
                 pipe.incr(&self.counter, published).ignore();
             }
-            pipe.query_async::<()>(&mut conn).await?;
+            if writes {
+                pipe.query_async::<()>(&mut conn).await?;
+            }
+            // A call removes at most PRUNE_BATCH fields, so that Redis is never held long.
+            while let Some(now_ms) = prune {
+                let mut inv = self.prune.prepare_invoke();
+                inv.arg(&self.prefix).arg(now_ms).arg(PRUNE_BATCH);
+                let gone: usize = inv.invoke_async(&mut conn).await?;
+                prune = prune.filter(|_| gone == PRUNE_BATCH);
+            }
             Ok(())
         })
     }
