@@ -8,7 +8,9 @@
 //! Worlds: `base` (nothing else), `providers-1000` (999 more providers, each breaker holding a
 //! failure), `lockouts-100k-spread` (100 000 active model lockouts on 1 000 other
 //! connections), `lockouts-100k-one-key` (100 000 active lockouts of other models, all on
-//! `k1`, one of the 8), `pins-1m` (1 000 000 session pins on the 8 keys).
+//! `k1`, one of the 8), `pins-100k` (100 000 session pins, the most the gateway keeps, on 1 000
+//! other connections: every 429 moves the pins of the key it cools, and that must not cost a
+//! pass over all of them).
 
 use ferroute_core::engine::{AttemptOutcome, Candidate, Engine, Route, Selection, SharedChange, Strategy, Traits};
 use ferroute_core::settings::ResilienceSettings;
@@ -56,12 +58,12 @@ fn build(engine: &mut Engine, world: &str, now: Instant) -> Result<(), String> {
                 apply(lockout("k1".to_owned(), format!("m{i}")));
             }
         }
-        "pins-1m" => {
-            for i in 0..1_000_000 {
+        "pins-100k" => {
+            for i in 0..ferroute_core::session::affinity::MAX_PINS - 1 {
                 apply(SharedChange::Pin {
                     session: format!("s{i}"),
                     provider: "openai".to_owned(),
-                    connection: IDS[i % IDS.len()].to_owned(),
+                    connection: format!("c{:04}", i % 1_000),
                     remaining_ms: YEARS_MS,
                 });
             }

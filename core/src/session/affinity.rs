@@ -8,6 +8,7 @@
 //! connection-level failure evicts every pin to that connection. Changes leave as
 //! [`PinEvent`]s for the shell to persist.
 
+use rustc_hash::FxBuildHasher;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -46,15 +47,35 @@ struct Use {
     consecutive: u32,
 }
 
-/// Pins kept before the soonest-expiring is dropped to make room.
+/// Pins kept before the soonest-expiring are dropped to make room (lapsed ones first, then
+/// the soonest-expiring 1/[`MAKE_ROOM`] of them at once, so that a new pin at the cap does not
+/// cost a pass over every pin).
 pub const MAX_PINS: usize = 100_000;
+/// At the cap, a pass drops lapsed pins, or else this fraction of them.
+const MAKE_ROOM: usize = 64;
 /// Undrained events kept.
 const EVENT_CAP: usize = 4096;
+
+/// A pin's key, borrowed: it hashes and compares as the owned `(session, provider)`, so that a
+/// lookup allocates nothing.
+#[derive(Hash)]
+struct Key<'a>(&'a str, &'a str);
+
+impl hashbrown::Equivalent<(String, String)> for Key<'_> {
+    fn equivalent(&self, key: &(String, String)) -> bool {
+        self.0 == key.0 && self.1 == key.1
+    }
+}
 
 /// Every pin and the connections' recent use.
 #[derive(Debug, Clone, Default)]
 pub struct Affinity {
-    pins: BTreeMap<(String, String), Pin>,
+    /// Hashed (with a fixed hasher, so runs repeat): a lookup costs the same among a few pins
+    /// or a hundred thousand.
+    pins: hashbrown::HashMap<(String, String), Pin, FxBuildHasher>,
+    /// The pins to each connection, so that a failed account's pins go without a pass over
+    /// every pin.
+    by_connection: hashbrown::HashMap<String, hashbrown::HashSet<(String, String), FxBuildHasher>, FxBuildHasher>,
     uses: BTreeMap<String, Use>,
     last_connection: Option<String>,
     events: VecDeque<PinEvent>,
@@ -89,18 +110,69 @@ impl Affinity {
         if n >= self.events.len() { Vec::new() } else { self.events.split_off(n).into() }
     }
 
-    /// Every fresh pin as (session, provider, connection, time left).
+    /// Every fresh pin as (session, provider, connection, time left), by session and provider.
     pub fn pins(&self, now: Instant) -> Vec<(String, String, String, Duration)> {
-        self.pins
+        let mut out: Vec<_> = self
+            .pins
             .iter()
             .filter(|(_, p)| now < p.expires_at)
             .map(|((s, pr), p)| (s.clone(), pr.clone(), p.connection.clone(), p.expires_at - now))
-            .collect()
+            .collect();
+        out.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        out
     }
 
     /// Removes a pin without an event (another replica dropped it); whether one was there.
     pub fn unpin(&mut self, session: &str, provider: &str) -> bool {
-        self.pins.remove(&(session.to_owned(), provider.to_owned())).is_some()
+        let Some((key, _)) = self.pins.get_key_value(&Key(session, provider)) else { return false };
+        let key = key.clone();
+        self.take(&key).is_some()
+    }
+
+    /// Sets a pin, keeping the connection index.
+    fn put(&mut self, key: (String, String), pin: Pin) {
+        let old = self.pins.insert(key.clone(), pin);
+        let Some(connection) = self.pins.get(&key).map(|p| p.connection.as_str()) else { return };
+        if let Some(old) = old
+            && old.connection != connection
+            && let Some(keys) = self.by_connection.get_mut(&old.connection)
+        {
+            keys.remove(&key);
+            if keys.is_empty() {
+                self.by_connection.remove(&old.connection);
+            }
+        }
+        self.by_connection.entry_ref(connection).or_default().insert(key);
+    }
+
+    /// Removes a pin, keeping the connection index.
+    fn take(&mut self, key: &(String, String)) -> Option<Pin> {
+        let pin = self.pins.remove(key)?;
+        self.unindex(&pin.connection, key);
+        Some(pin)
+    }
+
+    fn unindex(&mut self, connection: &str, key: &(String, String)) {
+        if let Some(keys) = self.by_connection.get_mut(connection) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_connection.remove(connection);
+            }
+        }
+    }
+
+    /// At the cap: drops lapsed pins, or else the soonest-expiring 1/[`MAKE_ROOM`], each with
+    /// an event.
+    fn make_room(&mut self, now: Instant) {
+        let mut by_end: Vec<(Instant, (String, String))> =
+            self.pins.iter().map(|(k, p)| (p.expires_at, k.clone())).collect();
+        by_end.sort();
+        let lapsed = by_end.iter().take_while(|(end, _)| *end <= now).count();
+        let n = if lapsed > 0 { lapsed } else { (by_end.len() / MAKE_ROOM).max(1) };
+        for (_, key) in by_end.into_iter().take(n) {
+            self.take(&key);
+            self.push(PinEvent::Dropped { session: key.0, provider: key.1 });
+        }
     }
 
     /// The position in `pool` (eligible connections, in routing order) that serves
@@ -117,8 +189,7 @@ impl Affinity {
         if ttl.is_zero() || pool.is_empty() {
             return None;
         }
-        let key = (session.to_owned(), provider.to_owned());
-        if let Some(pin) = self.pins.get_mut(&key)
+        if let Some(pin) = self.pins.get_mut(&Key(session, provider))
             && now < pin.expires_at
             && let Some(i) = pool.iter().position(|c| *c == pin.connection)
         {
@@ -127,8 +198,8 @@ impl Affinity {
             pin.expires_at = now + ttl;
             if refresh {
                 let e = PinEvent::Set {
-                    session: key.0,
-                    provider: key.1,
+                    session: session.to_owned(),
+                    provider: provider.to_owned(),
                     connection: pool[i].to_owned(),
                     expires_at: now + ttl,
                 };
@@ -136,15 +207,13 @@ impl Affinity {
             }
             return Some(i);
         }
-        if self.pins.remove(&key).is_some() {
+        let key = (session.to_owned(), provider.to_owned());
+        if self.take(&key).is_some() {
             self.push(PinEvent::Dropped { session: key.0.clone(), provider: key.1.clone() });
         }
         let i = self.least_recently_used(pool);
-        if self.pins.len() >= MAX_PINS
-            && let Some(oldest) = self.pins.iter().min_by_key(|(_, p)| p.expires_at).map(|(k, _)| k.clone())
-        {
-            self.pins.remove(&oldest);
-            self.push(PinEvent::Dropped { session: oldest.0, provider: oldest.1 });
+        if self.pins.len() >= MAX_PINS {
+            self.make_room(now);
         }
         let pin = Pin { connection: pool[i].to_owned(), expires_at: now + ttl };
         self.push(PinEvent::Set {
@@ -153,7 +222,7 @@ impl Affinity {
             connection: pin.connection.clone(),
             expires_at: pin.expires_at,
         });
-        self.pins.insert(key, pin);
+        self.put(key, pin);
         Some(i)
     }
 
@@ -193,8 +262,10 @@ impl Affinity {
 
     /// Drops every pin to `connection` (it failed at the account level). Returns how many.
     pub fn evict_connection(&mut self, connection: &str) -> usize {
-        let gone: Vec<(String, String)> =
-            self.pins.iter().filter(|(_, p)| p.connection == connection).map(|(k, _)| k.clone()).collect();
+        let Some(gone) = self.by_connection.remove(connection) else { return 0 };
+        // In session order, so that the events (and what is persisted) repeat run after run.
+        let mut gone: Vec<(String, String)> = gone.into_iter().collect();
+        gone.sort_unstable();
         for k in &gone {
             self.pins.remove(k);
             self.push(PinEvent::Dropped { session: k.0.clone(), provider: k.1.clone() });
@@ -211,15 +282,54 @@ impl Affinity {
         }
         let ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
         let pin = Pin { connection: connection.to_owned(), expires_at: crate::types::after(now, ms) };
-        self.pins.insert(key, pin);
+        self.put(key, pin);
+    }
+
+    /// Restores persisted pins at start-up: (session, provider, connection, time left), as
+    /// [`Affinity::restore`] would one by one, without copying what it is given.
+    pub fn restore_all(
+        &mut self,
+        now: Instant,
+        pins: impl ExactSizeIterator<Item = (String, String, String, Duration)>,
+    ) {
+        self.pins.reserve(pins.len().min(MAX_PINS));
+        // The index is built after, each connection's set at its final size.
+        let mut moved: Vec<(String, (String, String))> = Vec::new();
+        for (session, provider, connection, remaining) in pins {
+            let key = (session, provider);
+            if remaining.is_zero() || (self.pins.len() >= MAX_PINS && !self.pins.contains_key(&key)) {
+                continue;
+            }
+            let ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
+            let pin = Pin { connection, expires_at: crate::types::after(now, ms) };
+            if let Some(old) = self.pins.insert(key.clone(), pin) {
+                moved.push((old.connection, key));
+            }
+        }
+        for (connection, key) in moved {
+            if self.pins.get(&key).is_some_and(|p| p.connection != connection) {
+                self.unindex(&connection, &key);
+            }
+        }
+        let mut counts: hashbrown::HashMap<&str, usize, FxBuildHasher> = hashbrown::HashMap::default();
+        for pin in self.pins.values() {
+            *counts.entry(pin.connection.as_str()).or_default() += 1;
+        }
+        for (connection, n) in counts {
+            let keys = self.by_connection.entry_ref(connection).or_default();
+            keys.reserve(n.saturating_sub(keys.len()));
+        }
+        for (key, pin) in &self.pins {
+            if let Some(keys) = self.by_connection.get_mut(pin.connection.as_str()) {
+                keys.insert(key.clone());
+            }
+        }
     }
 
     /// The connection `session` is pinned to on `provider`, if the pin is fresh.
     pub fn pinned(&self, now: Instant, session: &str, provider: &str) -> Option<&str> {
-        self.pins
-            .iter()
-            .find(|((s, p), pin)| s == session && p == provider && now < pin.expires_at)
-            .map(|(_, pin)| pin.connection.as_str())
+        let pin = self.pins.get(&Key(session, provider))?;
+        (now < pin.expires_at).then_some(pin.connection.as_str())
     }
 
     /// Fresh pins.
@@ -235,112 +345,14 @@ impl Affinity {
     /// Drops lapsed pins (no event: a lapsed pin is ignored wherever it is stored).
     pub fn sweep(&mut self, now: Instant) {
         self.pins.retain(|_, p| now < p.expires_at);
+        let pins = &self.pins;
+        for keys in self.by_connection.values_mut() {
+            keys.retain(|k| pins.contains_key(k));
+        }
+        self.by_connection.retain(|_, keys| !keys.is_empty());
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testutil::t0;
-
-    const TTL: Duration = Duration::from_secs(600);
-
-    fn drain(a: &mut Affinity) -> Vec<PinEvent> {
-        std::iter::from_fn(|| a.poll_event()).collect()
-    }
-
-    #[test]
-    fn a_fresh_pin_wins_and_lapses_after_its_ttl() {
-        let now = t0();
-        let mut a = Affinity::new();
-        assert_eq!(a.choose(now, "s", "p", &["k1", "k2"], TTL), Some(0));
-        a.used(now, "k1");
-        // Routing now prefers k2 first; the pin keeps k1.
-        assert_eq!(a.choose(now, "s", "p", &["k2", "k1"], TTL), Some(1));
-        assert!(matches!(drain(&mut a).as_slice(), [PinEvent::Set { connection, .. }] if connection == "k1"));
-        // Past the TTL the pin is gone: the least recently used (never used: k2) is pinned.
-        let later = now + TTL + Duration::from_secs(1);
-        assert_eq!(a.choose(later, "s", "p", &["k1", "k2"], TTL), Some(1));
-        assert_eq!(a.pinned(later, "s", "p"), Some("k2"));
-        // A zero TTL turns affinity off.
-        assert_eq!(a.choose(later, "t", "p", &["k1"], Duration::ZERO), None);
-    }
-
-    #[test]
-    fn a_pin_to_an_ineligible_connection_is_replaced_by_the_least_recently_used() {
-        let now = t0();
-        let mut a = Affinity::new();
-        for (i, k) in ["k1", "k2", "k3"].into_iter().enumerate() {
-            a.used(now + Duration::from_secs(i as u64), k);
-        }
-        a.restore(now, "s", "p", "k3", TTL);
-        // k3 is not eligible now: the pin moves to the least recently used of the others (k1).
-        assert_eq!(a.choose(now + Duration::from_secs(5), "s", "p", &["k2", "k1"], TTL), Some(1));
-        let ev = drain(&mut a);
-        assert!(matches!(&ev[0], PinEvent::Dropped { session, .. } if session == "s"), "{ev:?}");
-        assert!(matches!(&ev[1], PinEvent::Set { connection, .. } if connection == "k1"), "{ev:?}");
-    }
-
-    #[test]
-    fn an_account_failure_evicts_every_pin_to_it() {
-        let now = t0();
-        let mut a = Affinity::new();
-        a.choose(now, "s1", "p", &["k1", "k2"], TTL);
-        a.choose(now, "s2", "q", &["k1"], TTL);
-        drain(&mut a);
-        assert_eq!(a.evict_connection("k1"), 2);
-        assert_eq!(drain(&mut a).len(), 2);
-        assert!(a.is_empty(now));
-        // Sessions are pinned per provider.
-        a.choose(now, "s", "p", &["k1"], TTL);
-        a.choose(now, "s", "q", &["k9"], TTL);
-        assert_eq!((a.pinned(now, "s", "p"), a.pinned(now, "s", "q")), (Some("k1"), Some("k9")));
-    }
-
-    #[test]
-    fn touching_persists_only_after_half_the_ttl() {
-        let now = t0();
-        let mut a = Affinity::new();
-        a.choose(now, "s", "p", &["k1"], TTL);
-        drain(&mut a);
-        a.choose(now + Duration::from_secs(60), "s", "p", &["k1"], TTL);
-        assert!(drain(&mut a).is_empty());
-        a.choose(now + Duration::from_secs(400), "s", "p", &["k1"], TTL);
-        assert_eq!(drain(&mut a).len(), 1);
-    }
-
-    mod properties {
-        use super::*;
-        use proptest::prelude::*;
-
-        proptest! {
-            /// Whatever happens, `choose` picks from the pool it was given, and a session keeps
-            /// its connection while that connection stays in the pool and the pin is fresh.
-            #[test]
-            fn picks_stay_in_the_pool_and_stick(ops in proptest::collection::vec((0u8..4, 0usize..4, 1u64..400), 1..80)) {
-                let conns = ["k0", "k1", "k2", "k3"];
-                let mut a = Affinity::new();
-                let mut now = t0();
-                let mut last: Option<&str> = None;
-                for (op, n, dt) in ops {
-                    now += Duration::from_secs(dt);
-                    match op {
-                        0 => { a.evict_connection(conns[n]); last = None; }
-                        1 => a.used(now, conns[n]),
-                        _ => {
-                            let pool: Vec<&str> = conns.iter().copied().filter(|c| *c != conns[n] || op == 2).collect();
-                            let fresh = a.pinned(now, "s", "p").map(str::to_owned);
-                            let i = a.choose(now, "s", "p", &pool, TTL).expect("a pick");
-                            prop_assert!(i < pool.len());
-                            if let (Some(f), Some(prev)) = (fresh.as_deref(), last)
-                                && pool.contains(&f) {
-                                prop_assert_eq!(pool[i], prev);
-                            }
-                            last = Some(pool[i]);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
+#[path = "affinity_tests.rs"]
+mod tests;
