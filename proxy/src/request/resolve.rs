@@ -91,7 +91,7 @@ pub fn resolve(cfg: &Config, model: &str) -> Result<Plan, String> {
             }
         },
     };
-    let pi = cfg.providers.iter().position(|p| p.id == provider).unwrap_or(0);
+    let pi = cfg.provider_position(&provider).unwrap_or(0);
     let targets = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, &upstream_model)).collect();
     Ok(Plan {
         targets,
@@ -133,7 +133,7 @@ fn flatten(cfg: &Config, combo: &ComboConfig, depth: usize, weight: u32, plan: &
             continue;
         }
         let Some((p, m)) = t.target.split_once('/') else { continue };
-        let Some(pi) = cfg.providers.iter().position(|x| x.id == p) else { continue };
+        let Some(pi) = cfg.provider_position(p) else { continue };
         let index = plan.pool.len();
         plan.pool.push(t.target.clone());
         let pinned = t.connection.as_deref();
@@ -152,15 +152,14 @@ fn flatten(cfg: &Config, combo: &ComboConfig, depth: usize, weight: u32, plan: &
 }
 
 fn connections_of(cfg: &Config, provider: usize) -> impl Iterator<Item = usize> + '_ {
-    let id = &cfg.providers[provider].id;
-    cfg.connections.iter().enumerate().filter(move |(_, c)| &c.provider == id).map(|(i, _)| i)
+    cfg.connections_of(provider).iter().copied()
 }
 
 /// M16: the emergency target as a plan of its own, when one is configured.
 pub fn emergency(cfg: &Config, key: &str) -> Option<Plan> {
     let target = cfg.emergency_fallback.target.as_deref()?;
     let (p, m) = target.split_once('/')?;
-    let pi = cfg.providers.iter().position(|x| x.id == p)?;
+    let pi = cfg.provider_position(p)?;
     let targets: Vec<Target> = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, m)).collect();
     Some(Plan {
         targets,

@@ -264,19 +264,24 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             let cfg = self.config.resilience.breaker_config(p.class);
             engine.breakers_mut().restore(&provider, &cfg, &snap.aged(wall.saturating_sub(saved)), now);
         }
+        // Each connection's provider, looked up once per stored entry (not a pass over the
+        // config per entry: 100 000 pins and 1 000 connections made that 160 ms of start-up).
+        let provider_of: std::collections::BTreeMap<&str, &str> =
+            self.config.connections.iter().map(|c| (c.id.as_str(), c.provider.as_str())).collect();
         for (id, snap, saved) in loaded.connections {
-            if self.config.connections.iter().any(|c| c.id == id) {
+            if provider_of.contains_key(id.as_str()) {
                 engine.restore_connection(&id, &snap.aged(wall.saturating_sub(saved)), now);
             }
         }
         // M5: pins keep their wall-clock expiry across a restart; pins to connections no longer
         // configured are left to lapse.
-        for (session, provider, connection, expires) in loaded.pins {
-            if self.config.connections.iter().any(|c| c.id == connection && c.provider == provider) {
-                let remaining = Duration::from_millis(expires.saturating_sub(wall));
-                engine.affinity_mut().restore(now, &session, &provider, &connection, remaining);
-            }
-        }
+        let pins: Vec<_> = loaded
+            .pins
+            .into_iter()
+            .filter(|(_, provider, connection, _)| provider_of.get(connection.as_str()) == Some(&provider.as_str()))
+            .map(|(s, p, c, expires)| (s, p, c, Duration::from_millis(expires.saturating_sub(wall))))
+            .collect();
+        engine.affinity_mut().restore_all(now, pins.into_iter());
         drop(engine);
         self.invalidate_stale_leases()?;
         if self.config.emergency_fallback.target.is_some()
