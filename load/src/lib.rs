@@ -33,10 +33,42 @@ pub async fn start_gateway_with(
     data_dir: &std::path::Path,
     head: &str,
 ) -> anyhow::Result<SocketAddr> {
+    start_gateway_scaled(upstream, data_dir, head, Scale::default()).await
+}
+
+/// How large the benchmark's config is.
+#[derive(Debug, Clone, Copy)]
+pub struct Scale {
+    /// Keys of each benchmark provider (taken round robin).
+    pub keys: usize,
+    /// Providers besides the benchmark's (one key each, never used).
+    pub extra_providers: usize,
+}
+
+impl Default for Scale {
+    fn default() -> Self {
+        Scale { keys: BENCH_KEYS, extra_providers: 0 }
+    }
+}
+
+/// [`start_gateway_with`] with `scale` keys and providers.
+pub async fn start_gateway_scaled(
+    upstream: Option<SocketAddr>,
+    data_dir: &std::path::Path,
+    head: &str,
+    scale: Scale,
+) -> anyhow::Result<SocketAddr> {
     let env = |_: &str| None;
     let mut config = match upstream {
         Some(addr) => {
-            let text = head.to_owned() + &bench_config(addr);
+            let mut text = head.to_owned();
+            for i in 0..scale.extra_providers {
+                text += &format!(
+                    "[[providers]]\nid = \"x{i:04}\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"m\"]\n\
+                     [[connections]]\nid = \"x{i:04}-k\"\nprovider = \"x{i:04}\"\napi_key = \"sk-x{i}\"\n"
+                );
+            }
+            text += &bench_config(addr, scale.keys);
             Config::from_toml_str(&text, &env, &[]).map_err(|e| anyhow::anyhow!("{e}"))?
         }
         None => Config::embedded(&env, &[]).map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -68,14 +100,14 @@ pub async fn start_gateway_with(
 pub const BENCH_KEYS: usize = 8;
 
 /// The benchmark's providers: `bench` (OpenAI format: `m`, `s`) and `bench-ant` (Anthropic
-/// format: `m`, `as`), each with [`BENCH_KEYS`] keys taken round robin.
-fn bench_config(addr: SocketAddr) -> String {
+/// format: `m`, `as`), each with `keys` keys taken round robin.
+fn bench_config(addr: SocketAddr, keys: usize) -> String {
     let mut text = String::new();
     for (id, format, models) in [("bench", "openai", "\"m\", \"s\""), ("bench-ant", "anthropic", "\"m\", \"as\"")] {
         text += &format!(
             "[[providers]]\nid = \"{id}\"\nformat = \"{format}\"\nbase_url = \"http://{addr}/v1\"\nmodels = [{models}]\nconnection_strategy = \"round-robin\"\n"
         );
-        for k in 1..=BENCH_KEYS {
+        for k in 1..=keys {
             text += &format!("[[connections]]\nid = \"{id}-{k}\"\nprovider = \"{id}\"\napi_key = \"sk-bench-{k}\"\n");
         }
     }

@@ -48,12 +48,19 @@ struct Cli {
     /// Requests to send (after 20 warm-up requests).
     #[arg(long, default_value_t = 1000)]
     count: usize,
+    /// Keys of each of ferroute's benchmark providers (round robin).
+    #[arg(long, default_value_t = load::BENCH_KEYS)]
+    keys: usize,
+    /// Providers in ferroute's config besides the benchmark's (one key each, never used).
+    #[arg(long, default_value_t = 0)]
+    extra_providers: usize,
 }
 
 // One thread: no work stealing or idle spinning between workers, so the count repeats.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    anyhow::ensure!(cli.keys > 0, "--keys must be at least 1");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let up = listener.local_addr()?;
     tokio::spawn(serve_upstream(listener, Arc::new(bench_upstream())));
@@ -62,7 +69,10 @@ async fn main() -> anyhow::Result<()> {
         Target::Direct => (up, ""),
         Target::Passthrough => (start_passthrough(up).await?, ""),
         Target::Minimal => (start_minimal(up).await?, ""),
-        Target::Same => (start_gateway(Some(up), &data).await?, "bench/"),
+        Target::Same => {
+            let scale = load::Scale { keys: cli.keys, extra_providers: cli.extra_providers };
+            (load::start_gateway_scaled(Some(up), &data, "", scale).await?, "bench/")
+        }
         Target::Translated => (start_gateway(Some(up), &data).await?, "bench-ant/"),
         Target::Recorded => {
             let head = format!("[recording]\nenabled = true\npath = \"{}\"\n", data.join("recording").display());
