@@ -8,29 +8,14 @@ use ferroute_core::settings::ResilienceSettings;
 use ferroute_core::tried::Tried;
 use ferroute_core::types::ProviderClass;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const IDS: [&str; 8] = ["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"];
-const BODY: &str = r#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on requests per min","type":"requests","code":"rate_limit_exceeded"}}"#;
-const HEADERS: &[(&str, &str)] =
-    &[("content-type", "application/json"), ("retry-after", "1"), ("x-request-id", "req_123")];
-
-#[allow(clippy::disallowed_methods)] // a benchmark needs one real starting instant
-fn start() -> Instant {
-    Instant::now()
-}
+mod common;
+use common::{BODY, HEADERS, start};
 
 fn decision(c: &mut Criterion) {
-    let cands: Vec<Candidate<'_>> = IDS
-        .iter()
-        .map(|id| Candidate {
-            // Eight keys of one provider, rotated among by the provider's connection strategy.
-            traits: Traits { connection_strategy: Strategy::RoundRobin, ..Traits::default() },
-            ..Candidate::new("openai", ProviderClass::ApiKey, id, "gpt-4o")
-        })
-        .collect();
-    let mut settings = ResilienceSettings::default();
-    settings.model_lockout.enabled = true;
+    let cands = common::round_robin_of_8();
+    let settings = common::settings();
     let skip = Tried::new();
 
     c.bench_function("select_classify_record_429_of_8", |b| {

@@ -12,24 +12,17 @@
 //! other connections: every 429 moves the pins of the key it cools, and that must not cost a
 //! pass over all of them).
 
-use ferroute_core::engine::{AttemptOutcome, Candidate, Engine, Route, Selection, SharedChange, Strategy, Traits};
-use ferroute_core::settings::ResilienceSettings;
+use ferroute_core::engine::{AttemptOutcome, Engine, Route, Selection, SharedChange, Strategy};
 use ferroute_core::tried::Tried;
 use ferroute_core::types::{ProviderClass, Reason};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-const IDS: [&str; 8] = ["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"];
-const BODY: &str = r#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on requests per min","type":"requests","code":"rate_limit_exceeded"}}"#;
-const HEADERS: &[(&str, &str)] =
-    &[("content-type", "application/json"), ("retry-after", "1"), ("x-request-id", "req_123")];
+mod common;
+use common::{BODY, HEADERS, start};
+
 /// Longer than any run: the world's state stays active throughout.
 const YEARS_MS: u64 = 10 * 365 * 24 * 3_600_000;
-
-#[allow(clippy::disallowed_methods)] // a benchmark needs one real starting instant
-fn start() -> Instant {
-    Instant::now()
-}
 
 fn build(engine: &mut Engine, world: &str, now: Instant) -> Result<(), String> {
     let class = |_: &str| Some(ProviderClass::ApiKey);
@@ -82,16 +75,8 @@ fn main() -> Result<(), String> {
         Some(n) => n.parse().map_err(|_| format!("COUNT must be a number, not {n:?}"))?,
         None => 1_000,
     };
-    let cands: Vec<Candidate<'_>> = IDS
-        .iter()
-        .map(|id| Candidate {
-            traits: Traits { connection_strategy: Strategy::RoundRobin, ..Traits::default() },
-            ..Candidate::new("openai", ProviderClass::ApiKey, id, "gpt-4o")
-        })
-        .collect();
-    let mut settings = ResilienceSettings::default();
-    settings.model_lockout.enabled = true;
-    let mut engine = Engine::new(settings, 1);
+    let cands = common::round_robin_of_8();
+    let mut engine = Engine::new(common::settings(), 1);
     let mut now = start();
     build(&mut engine, world, now)?;
     let skip = Tried::new();
