@@ -111,6 +111,9 @@ fn candidates(sets: &[String], sweeps: &[String]) -> anyhow::Result<Vec<sim::rep
     let mut out = Vec::new();
     for sweep in sweeps {
         let (key, values) = pair(sweep)?;
+        if values.split(',').all(|v| v.trim().is_empty()) {
+            bail!("`--sweep {sweep}` names no value: give KEY=V1,V2,…");
+        }
         for v in values.split(',').map(str::trim).filter(|v| !v.is_empty()) {
             let label = sets.iter().cloned().chain(std::iter::once(format!("{key}={v}"))).collect::<Vec<_>>().join(" ");
             out.push((label, base.iter().cloned().chain(std::iter::once((key.clone(), v.to_owned()))).collect()));

@@ -144,6 +144,11 @@ pub fn gateway_config(config: &str, sets: &[(String, String)]) -> Result<(String
         }
     }
     let text = toml::to_string(&tree).map_err(|e| format!("cannot write the replay config: {e}"))?;
+    // Checked by the gateway's own loader, so that a bad `--set` is refused here, naming the
+    // setting, rather than replayed as a gateway that never starts.
+    proxy::config::Config::from_toml_str(&text, &|_: &str| None, &[]).map_err(|e| {
+        format!("the config{} is not valid: {e}", if sets.is_empty() { "" } else { " with the --set values" })
+    })?;
     Ok((text, providers))
 }
 
@@ -295,6 +300,15 @@ mod tests {
         for gone in ["sk-live-secret", "secret-admin", "[recording]", "[[keys]]", "0.0.0.0"] {
             assert!(!text.contains(gone), "{gone} in {text}");
         }
+    }
+
+    #[test]
+    fn a_set_the_gateway_would_refuse_is_refused_naming_the_setting() {
+        let config = "[[providers]]\nid = \"a\"\nbase_url = \"https://api.example.com/v1\"\nmodels = [\"m\"]\n[[connections]]\nid = \"k1\"\nprovider = \"a\"\napi_key = \"sk\"\n";
+        let sets = [("breaker.api_key.failure_threshold".to_owned(), "-5".to_owned())];
+        let err = gateway_config(config, &sets).expect_err("a negative threshold");
+        assert!(err.contains("failure_threshold") && err.contains("--set"), "{err}");
+        assert!(gateway_config(config, &[]).is_ok());
     }
 
     #[test]
