@@ -7,56 +7,25 @@
 
 mod common;
 
-use bytes::Bytes;
 use common::{spawn, upstream};
-use http_body_util::{BodyExt, Full};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message;
+use scenarios::collector::Collector;
 use scenarios::{Behaviour, Script, ScriptedUpstream};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// An OTLP/HTTP receiver: keeps the body of every `POST /v1/traces`.
-async fn receiver() -> (std::net::SocketAddr, Arc<Mutex<Vec<Bytes>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
-    let addr = listener.local_addr().expect("addr");
-    let got: Arc<Mutex<Vec<Bytes>>> = Arc::default();
-    let keep = Arc::clone(&got);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            let keep = Arc::clone(&keep);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let keep = Arc::clone(&keep);
-                    async move {
-                        let path = req.uri().path().to_owned();
-                        let ct =
-                            req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-                        let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                        assert_eq!(path, "/v1/traces");
-                        assert_eq!(ct, "application/x-protobuf");
-                        keep.lock().expect("lock").push(body);
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::new())))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (addr, got)
-}
-
-fn spans(got: &Mutex<Vec<Bytes>>) -> (Vec<Span>, Vec<String>) {
+/// Every span the collector received, and the service names they came under. Each export went
+/// to `/v1/traces` as protobuf.
+fn spans(otlp: &Collector) -> (Vec<Span>, Vec<String>) {
     let mut spans = Vec::new();
     let mut services = Vec::new();
-    for body in got.lock().expect("lock").iter() {
-        let req = ExportTraceServiceRequest::decode(body.as_ref()).expect("OTLP protobuf");
+    for got in otlp.received() {
+        assert_eq!(got.path, "/v1/traces");
+        assert_eq!(got.content_type, "application/x-protobuf");
+        let req = ExportTraceServiceRequest::decode(got.body.as_ref()).expect("OTLP protobuf");
         for rs in req.resource_spans {
             for kv in rs.resource.iter().flat_map(|r| r.attributes.iter()) {
                 if kv.key == "service.name"
@@ -88,7 +57,8 @@ fn hex(b: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_and_its_attempts_reach_an_otlp_receiver_as_one_trace() {
-    let (collector, got) = receiver().await;
+    let otlp = Collector::start().await.expect("collector");
+    let collector = otlp.addr;
     let (addr, script) = upstream(
         ScriptedUpstream::new()
             .route(
@@ -128,7 +98,7 @@ async fn a_request_and_its_attempts_reach_an_otlp_receiver_as_one_trace() {
     assert_eq!(r.status, 200, "{}", r.body);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let (spans, services) = loop {
-        let (s, services) = spans(&got);
+        let (s, services) = spans(&otlp);
         if s.len() >= 3 || tokio::time::Instant::now() > deadline {
             break (s, services);
         }
@@ -176,7 +146,7 @@ async fn a_request_and_its_attempts_reach_an_otlp_receiver_as_one_trace() {
         assert!(attempts.iter().any(|x| s.contains(&hex(&x.span_id))), "{s} names an attempt span ({a:?})");
     }
     // Nothing secret in what was exported.
-    let raw: Vec<u8> = got.lock().expect("lock").iter().flat_map(|b| b.to_vec()).collect();
+    let raw: Vec<u8> = otlp.received().iter().flat_map(|r| r.body.to_vec()).collect();
     let raw = String::from_utf8_lossy(&raw);
     for secret in ["sk-secret-one", "sk-secret-two", "a secret prompt", "slow down"] {
         assert!(!raw.contains(secret), "{secret} was exported");

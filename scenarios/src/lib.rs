@@ -8,6 +8,7 @@
 //! transport faults, which the chaos suite's middlebox executes on real sockets.
 
 pub mod answer;
+pub mod collector;
 mod http_host;
 mod in_flight;
 pub mod net;

@@ -10,48 +10,25 @@ use proxy::config::Config;
 use proxy::recording::export;
 use proxy::recording::record::Record;
 use proxy::{Persistence, build};
+use scenarios::collector::Collector;
 use scenarios::{Behaviour, Mode, Script, ScriptedUpstream, Window, serve_upstream};
 use sim::replay::build::Recording;
 use sim::replay::{Report, render, replay};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// An OTLP/HTTP receiver counting the spans that arrive (decoded with `opentelemetry-proto`).
-async fn receiver() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
-    use http_body_util::BodyExt;
+/// Spans the collector received (each export decoded as OTLP protobuf).
+fn spans(otlp: &Collector) -> usize {
     use prost::Message;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
-    let addr = listener.local_addr().expect("addr");
-    let spans: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
-    let count = Arc::clone(&spans);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            let count = Arc::clone(&count);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let count = Arc::clone(&count);
-                    async move {
-                        let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                        let r = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest::decode(
-                            body.as_ref(),
-                        )
-                        .expect("OTLP protobuf");
-                        let n: usize =
-                            r.resource_spans.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len()).sum();
-                        count.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
-                            bytes::Bytes::new(),
-                        )))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (addr, spans)
+    otlp.received()
+        .iter()
+        .map(|r| {
+            let req =
+                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest::decode(r.body.as_ref())
+                    .expect("OTLP protobuf");
+            req.resource_spans.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len()).sum::<usize>()
+        })
+        .sum()
 }
 
 /// Runs the gateway under `config` (its `{UP}` the upstream's base URL, recording into a
@@ -71,7 +48,8 @@ async fn incident(
     let text = config.replace("{UP}", &format!("http://{up}/v1"));
     let with_recording =
         format!("{text}\n[recording]\nenabled = true\npath = \"{}\"\n", dir.path().join("rec").display());
-    let (collector, spans) = receiver().await;
+    let otlp = Collector::start().await.expect("collector");
+    let collector = otlp.addr;
     let with_recording = format!("{with_recording}[telemetry]\notlp_endpoint = \"http://{collector}\"\n");
     let cfg = Config::from_toml_str(&with_recording, &|_| None, &[]).expect("config");
     let wall = proxy::state::clock::system_wall_ms();
@@ -121,10 +99,10 @@ async fn incident(
     let records = export::window(&dir.path().join("rec"), 0, u64::MAX).expect("recording");
     // One span per record (every request is sampled), all received.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while spans.load(std::sync::atomic::Ordering::Relaxed) < records.len() && tokio::time::Instant::now() < deadline {
+    while spans(&otlp) < records.len() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(spans.load(std::sync::atomic::Ordering::Relaxed), records.len(), "a span per record");
+    assert_eq!(spans(&otlp), records.len(), "a span per record");
     (records, text)
 }
 
