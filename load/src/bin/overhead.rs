@@ -103,10 +103,18 @@ async fn main() -> anyhow::Result<()> {
             );
         }
     }
+    print_translation(&translated);
+    print_max_throughput(&targets, cli.workers, dur).await;
+    let _ = std::fs::remove_dir_all(&data);
+    Ok(())
+}
+
+/// The same chat requests, same format against translated, per rate.
+fn print_translation(translated: &[(&str, u64, Latency, Latency)]) {
     println!(
         "\ntranslation: the same chat requests through ferroute to an OpenAI-format provider (same format) and to an Anthropic-format one (translated both ways)"
     );
-    for (mode, rps, same, tr) in &translated {
+    for (mode, rps, same, tr) in translated {
         println!(
             "{mode:<5} {rps:>5} | same format {:>5} / {:<5} | translated {:>5} / {:<5} | translated/same {:>5.2} / {:<5.2}",
             ms(same.p50_us),
@@ -117,11 +125,15 @@ async fn main() -> anyhow::Result<()> {
             tr.p99_us / same.p99_us
         );
     }
-    println!("\nmaximum throughput, closed loop with {} workers:", cli.workers);
+}
+
+/// Closed-loop maximum throughput of every target, JSON and SSE.
+async fn print_max_throughput(targets: &[(&str, String, &str)], workers: usize, dur: Duration) {
+    println!("\nmaximum throughput, closed loop with {} workers:", workers);
     for (mode, stream) in [("json", false), ("sse", true)] {
         let mut rps = Vec::new();
-        for (_, url, prefix) in &targets {
-            rps.push(max_throughput(url, body(&model_of(prefix, stream), stream), cli.workers, dur).await);
+        for (_, url, prefix) in targets {
+            rps.push(max_throughput(url, body(&load::bench_model(prefix, stream), stream), workers, dur).await);
         }
         println!(
             "{mode:<5} direct {:>8.0} rps | pass-through {:>8.0} rps | minimal {:>8.0} rps | ferroute {:>8.0} rps | ferroute/pass-through {:.2} | ferroute/minimal {:.2} | translated {:>8.0} rps = {:.2} x same format",
@@ -135,6 +147,4 @@ async fn main() -> anyhow::Result<()> {
             rps[4] / rps[3]
         );
     }
-    let _ = std::fs::remove_dir_all(&data);
-    Ok(())
 }
