@@ -25,6 +25,20 @@ pub struct SoakOptions {
     pub max_error_rate: f64,
     /// Where the HTML report goes.
     pub report: String,
+    /// What each user asks for.
+    pub target: Target,
+}
+
+/// What the soak's users ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// `GET /api/monitoring/health`.
+    Health,
+    /// `POST /v1/chat/completions` to the proxied soak's combo ([`crate::proxied::COMBO`]).
+    Combo,
+    /// The same request straight to the benchmark upstream (model `m`): the baseline the
+    /// combo's added latency is measured against.
+    Direct,
 }
 
 /// k6's exit code when a threshold is breached; the goose soak exits with it too.
@@ -162,6 +176,42 @@ async fn health(user: &mut GooseUser) -> TransactionResult {
     Ok(())
 }
 
+async fn combo(user: &mut GooseUser) -> TransactionResult {
+    chat(user, COMBO_BODY).await
+}
+
+async fn direct(user: &mut GooseUser) -> TransactionResult {
+    chat(user, DIRECT_BODY).await
+}
+
+/// The chat the soak posts to the combo, and straight to the upstream.
+const COMBO_BODY: &str = r#"{"model":"soak","messages":[{"role":"user","content":"soak the gateway"}]}"#;
+const DIRECT_BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"soak the gateway"}]}"#;
+
+/// Posts a chat completion and reads the whole answer; a success status whose body is not a
+/// chat completion counts as a failure.
+async fn chat(user: &mut GooseUser, body: &'static str) -> TransactionResult {
+    let builder = user
+        .get_request_builder(&GooseMethod::Post, "/v1/chat/completions")?
+        .header("content-type", "application/json")
+        .body(body);
+    let request = GooseRequest::builder()
+        .method(GooseMethod::Post)
+        .path("/v1/chat/completions")
+        .set_request_builder(builder)
+        .build();
+    let mut goose = user.request(request).await?;
+    if let Ok(response) = goose.response {
+        let ok = response.status().is_success();
+        match response.text().await {
+            Ok(text) if !ok || text.contains("\"choices\"") => {}
+            Ok(text) => return user.set_failure("not a chat completion", &mut goose.request, None, Some(&text)),
+            Err(e) => return user.set_failure(&format!("body: {e}"), &mut goose.request, None, None),
+        }
+    }
+    Ok(())
+}
+
 /// Whether `url` points at this machine's loopback.
 pub fn is_loopback(url: &str) -> bool {
     let rest = url.trim_start_matches("http://");
@@ -182,8 +232,13 @@ pub async fn run(o: &SoakOptions) -> anyhow::Result<SoakReport> {
     if o.seconds == 0 || o.users == 0 {
         anyhow::bail!("the soak needs at least 1 second and 1 user (got {} s, {} users)", o.seconds, o.users);
     }
+    let scenario = match o.target {
+        Target::Health => scenario!("health").register_transaction(transaction!(health)),
+        Target::Combo => scenario!("combo").register_transaction(transaction!(combo)),
+        Target::Direct => scenario!("direct").register_transaction(transaction!(direct)),
+    };
     let result = GooseAttack::initialize_with_config(GooseConfiguration::default())?
-        .register_scenario(scenario!("health").register_transaction(transaction!(health)))
+        .register_scenario(scenario)
         .set_default(GooseDefault::Host, o.url.as_str())?
         .set_default(GooseDefault::Users, o.users)?
         .set_default(GooseDefault::IncreaseRate, o.users.to_string().as_str())?

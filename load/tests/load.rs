@@ -1,7 +1,7 @@
 //! Load tools, checked functionally (timings are the benchmarks' job, not the tests'):
 //! a two-second soak always runs; the 30-second soak runs with `RUN_SOAK=1`.
 
-use load::soak::{SoakOptions, is_loopback, run};
+use load::soak::{SoakOptions, Target, is_loopback, run};
 use std::time::Duration;
 
 async fn soak(seconds: usize) -> load::soak::SoakReport {
@@ -15,6 +15,7 @@ async fn soak(seconds: usize) -> load::soak::SoakReport {
         p95_ms: 500,
         max_error_rate: 1.0,
         report: report.display().to_string(),
+        target: Target::Health,
     };
     let r = run(&opts).await.expect("soak runs");
     assert!(report.exists(), "goose wrote its HTML report");
@@ -49,11 +50,46 @@ async fn a_soak_that_would_never_end_is_refused() {
         p95_ms: 1,
         max_error_rate: 1.0,
         report: "x.html".into(),
+        target: Target::Health,
     };
     let err = run(&opts).await.expect_err("0 s would run forever");
     assert!(err.to_string().contains("at least 1 second"), "{err}");
     let far = SoakOptions { url: "http://10.1.2.3:8787".into(), seconds: 1, ..opts };
     assert!(run(&far).await.is_err());
+}
+
+/// The proxied soak's request: every answer through the combo is a chat completion (either
+/// format's target), none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_soak_through_the_combo_gets_chat_completions() {
+    use scenarios::serve_upstream;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let up = listener.local_addr().expect("addr");
+    tokio::spawn(serve_upstream(listener, std::sync::Arc::new(load::bench_upstream())));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let combo = format!(
+        "[[combos]]\nname = \"{}\"\nstrategy = \"round-robin\"\ntargets = [\"bench/m\", \"bench-ant/m\"]\n",
+        load::proxied::COMBO
+    );
+    let gw = load::start_gateway_with(Some(up), dir.path(), &combo).await.expect("gateway");
+    let report = dir.path().join("goose-report.html");
+    let opts = SoakOptions {
+        url: format!("http://{gw}"),
+        seconds: 2,
+        users: 2,
+        p95_ms: 500,
+        max_error_rate: 0.0001,
+        report: report.display().to_string(),
+        target: Target::Combo,
+    };
+    let r = run(&opts).await.expect("soak runs");
+    assert!(r.requests > 100, "{} requests", r.requests);
+    assert_eq!(r.failed, 0);
+    // The same request where no combo answers (the upstream itself) fails every time: the
+    // check can fail.
+    let nowhere = SoakOptions { url: format!("http://{up}"), ..opts };
+    let r = run(&nowhere).await.expect("soak runs");
+    assert!(r.requests > 0 && r.failed == r.requests, "{} of {} failed", r.failed, r.requests);
 }
 
 #[test]

@@ -1,0 +1,172 @@
+//! The proxied soak's world: the real `ferroute` binary in its own process (so its resident
+//! memory is its own), a combo over two providers of different formats with eight keys each,
+//! and the benchmark's scripted upstream, which answers at once. The soak drives chat
+//! completions to the combo; [`RssSampler`] reads the binary's resident set from `/proc`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The combo the proxied soak asks for: round robin over an OpenAI-format target (passed
+/// through) and an Anthropic-format one (translated), each provider with eight keys.
+pub const COMBO: &str = "soak";
+
+/// The config of the proxied soak's gateway: the benchmark providers and the combo.
+pub fn config_text(upstream: SocketAddr) -> String {
+    let mut text = String::new();
+    for (id, format) in [("bench", "openai"), ("bench-ant", "anthropic")] {
+        text += &format!(
+            "[[providers]]\nid = \"{id}\"\nformat = \"{format}\"\nbase_url = \"http://{upstream}/v1\"\n\
+             models = [\"m\"]\nconnection_strategy = \"round-robin\"\n"
+        );
+        for k in 1..=crate::BENCH_KEYS {
+            text += &format!("[[connections]]\nid = \"{id}-{k}\"\nprovider = \"{id}\"\napi_key = \"sk-bench-{k}\"\n");
+        }
+    }
+    text += &format!(
+        "[[combos]]\nname = \"{COMBO}\"\nstrategy = \"round-robin\"\ntargets = [\"bench/m\", \"bench-ant/m\"]\n"
+    );
+    text
+}
+
+/// The real binary, serving on a loopback port; killed when dropped.
+pub struct Gateway {
+    child: Child,
+    /// Its base URL.
+    pub url: String,
+}
+
+impl Gateway {
+    /// Starts `bin` with the proxied soak's config (written into `dir`) and waits up to 60 s
+    /// for its health endpoint.
+    pub async fn start(bin: &Path, dir: &Path, upstream: SocketAddr) -> anyhow::Result<Gateway> {
+        anyhow::ensure!(
+            bin.is_file(),
+            "no binary at {} (cargo build --release -p proxy --bin ferroute)",
+            bin.display()
+        );
+        let config = dir.join("ferroute.toml");
+        std::fs::write(&config, config_text(upstream))?;
+        let data: PathBuf = dir.join("data");
+        std::fs::create_dir_all(&data)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new(bin)
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("FERROUTE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let gateway = Gateway { child, url: format!("http://127.0.0.1:{port}") };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let health = format!("{}/api/monitoring/health", gateway.url);
+        while !crate::get_ok(&health).await {
+            anyhow::ensure!(Instant::now() < deadline, "{} gave no health answer within 60 s", bin.display());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(gateway)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A process's resident set in KiB (`VmRSS` in `/proc/<pid>/status`), if it can be read.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Samples a process's resident set every `every` until dropped.
+pub struct RssSampler {
+    samples: Arc<Mutex<Vec<(f64, u64)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RssSampler {
+    /// Starts sampling `pid`.
+    pub fn start(pid: u32, every: Duration) -> RssSampler {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let into = samples.clone();
+        let task = tokio::spawn(async move {
+            let began = Instant::now();
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if let Some(kib) = rss_kib(pid)
+                    && let Ok(mut s) = into.lock()
+                {
+                    s.push((began.elapsed().as_secs_f64(), kib));
+                }
+            }
+        });
+        RssSampler { samples, task }
+    }
+
+    /// The samples so far: seconds since the start, KiB.
+    pub fn samples(&self) -> Vec<(f64, u64)> {
+        self.samples.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for RssSampler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Resident set at the start of the load (the first sample at or after `warm` seconds, once
+/// every user runs), the middle and the end, and whether the end and middle stay within
+/// `tolerance` (0.10 = 10 %) of the start.
+pub fn rss_flatness(samples: &[(f64, u64)], warm: f64, tolerance: f64) -> Option<([u64; 3], bool)> {
+    let start_at = samples.iter().position(|s| s.0 >= warm)?;
+    let loaded = &samples[start_at..];
+    let start = loaded.first()?.1;
+    let middle = loaded.get(loaded.len() / 2)?.1;
+    let end = loaded.last()?.1;
+    let limit = start as f64 * (1.0 + tolerance);
+    Some(([start, middle, end], middle as f64 <= limit && end as f64 <= limit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_is_one_the_gateway_accepts_with_the_combo() {
+        let text = config_text("127.0.0.1:9".parse().unwrap());
+        let config = proxy::config::Config::from_toml_str(&text, &|_| None, &[]).unwrap();
+        assert_eq!(config.providers.len(), 2);
+        assert!(text.contains("targets = [\"bench/m\", \"bench-ant/m\"]"));
+    }
+
+    #[test]
+    fn flatness_reads_start_middle_and_end_after_the_warm_up() {
+        let flat = [(1.0, 10), (10.0, 100), (20.0, 105), (30.0, 108)];
+        assert_eq!(rss_flatness(&flat, 5.0, 0.10), Some(([100, 105, 108], true)));
+        let growing = [(10.0, 100), (20.0, 105), (30.0, 111)];
+        assert_eq!(rss_flatness(&growing, 5.0, 0.10), Some(([100, 105, 111], false)));
+        assert_eq!(rss_flatness(&flat, 40.0, 0.10), None);
+    }
+
+    #[test]
+    fn this_process_has_a_resident_set() {
+        assert!(rss_kib(std::process::id()).is_some_and(|k| k > 0));
+    }
+}
