@@ -5,12 +5,12 @@
 //! difference is a per-decision cost free of the world's build: `scripts/scale-instructions`
 //! does so for every world and prints each as a multiple of `base`.
 //!
-//! Worlds: `base` (nothing else), `providers-1000` (999 more providers, each breaker holding a
-//! failure), `lockouts-100k-spread` (100 000 active model lockouts on 1 000 other
-//! connections), `lockouts-100k-one-key` (100 000 active lockouts of other models, all on
-//! `k1`, one of the 8), `pins-100k` (100 000 session pins, the most the gateway keeps, on 1 000
-//! other connections: every 429 moves the pins of the key it cools, and that must not cost a
-//! pass over all of them).
+//! Worlds: `base` (nothing else), or an axis and a size: `providers-N` (N-1 more providers,
+//! each breaker holding a failure), `lockouts-spread-N` (N active model lockouts on 1 000 other
+//! connections), `lockouts-one-key-N` (N active lockouts of other models, all on `k1`, one of
+//! the 8), `pins-N` (N session pins on 1 000 other connections, at most the 100 000 the gateway
+//! keeps: every 429 moves the pins of the key it cools, and that must not cost a pass over all
+//! of them). `scripts/curves` draws each axis from 0 (or 1) to its large end.
 
 use ferroute_core::engine::{AttemptOutcome, Engine, Route, Selection, SharedChange, Strategy};
 use ferroute_core::tried::Tried;
@@ -34,25 +34,31 @@ fn build(engine: &mut Engine, world: &str, now: Instant) -> Result<(), String> {
         reason: Reason::RateLimitExceeded,
         remaining_ms: YEARS_MS,
     };
-    match world {
+    let (axis, n) = match world.rsplit_once('-') {
+        Some((axis, n)) => (axis, n.parse::<usize>().map_err(|_| format!("unknown world {world:?}"))?),
+        None if world == "base" => ("base", 0),
+        None => return Err(format!("unknown world {world:?}")),
+    };
+    match axis {
         "base" => {}
-        "providers-1000" => {
-            for i in 0..999 {
+        "providers" => {
+            for i in 0..n.saturating_sub(1) {
                 apply(SharedChange::ProviderFailure { provider: format!("p{i:04}"), connection: format!("p{i:04}-k") });
             }
         }
-        "lockouts-100k-spread" => {
-            for i in 0..100_000 {
+        "lockouts-spread" => {
+            for i in 0..n {
                 apply(lockout(format!("c{:04}", i % 1_000), format!("m{}", i / 1_000)));
             }
         }
-        "lockouts-100k-one-key" => {
-            for i in 0..100_000 {
+        "lockouts-one-key" => {
+            for i in 0..n {
                 apply(lockout("k1".to_owned(), format!("m{i}")));
             }
         }
-        "pins-100k" => {
-            for i in 0..ferroute_core::session::affinity::MAX_PINS - 1 {
+        "pins" => {
+            // The bench's own session takes one place.
+            for i in 0..n.min(ferroute_core::session::affinity::MAX_PINS - 1) {
                 apply(SharedChange::Pin {
                     session: format!("s{i}"),
                     provider: "openai".to_owned(),
@@ -61,7 +67,7 @@ fn build(engine: &mut Engine, world: &str, now: Instant) -> Result<(), String> {
                 });
             }
         }
-        other => return Err(format!("unknown world {other:?}")),
+        _ => return Err(format!("unknown world {world:?}")),
     }
     while engine.poll_event().is_some() {}
     Ok(())

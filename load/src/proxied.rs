@@ -1,7 +1,8 @@
 //! The proxied soak's world: the real `ferroute` binary in its own process (so its resident
 //! memory is its own), a combo over two providers of different formats with eight keys each,
 //! and the benchmark's scripted upstream, which answers at once. The soak drives chat
-//! completions to the combo; [`RssSampler`] reads the binary's resident set from `/proc`.
+//! completions to the combo; [`RssSampler`] reads the binary's resident set from `/proc`, and
+//! [`cpu_ticks`] its CPU time.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -40,16 +41,17 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Starts `bin` with the proxied soak's config (written into `dir`) and waits up to 60 s
-    /// for its health endpoint.
-    pub async fn start(bin: &Path, dir: &Path, upstream: SocketAddr) -> anyhow::Result<Gateway> {
+    /// Starts `bin` with `config` (TOML, written into `dir`, state in `dir/data`) and waits up
+    /// to 60 s for its health endpoint.
+    pub async fn start(bin: &Path, dir: &Path, config: &str) -> anyhow::Result<Gateway> {
         anyhow::ensure!(
             bin.is_file(),
             "no binary at {} (cargo build --release -p proxy --bin ferroute)",
             bin.display()
         );
-        let config = dir.join("ferroute.toml");
-        std::fs::write(&config, config_text(upstream))?;
+        let path = dir.join("ferroute.toml");
+        std::fs::write(&path, config)?;
+        let config = path;
         let data: PathBuf = dir.join("data");
         std::fs::create_dir_all(&data)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
@@ -91,6 +93,19 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A process's CPU time so far (user + system) in clock ticks (`/proc/<pid>/stat`, 100 a
+/// second on Linux).
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; the fields after its `)` are fixed.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15; `rest` starts at field 3.
+    let user: u64 = fields.get(11)?.parse().ok()?;
+    let system: u64 = fields.get(12)?.parse().ok()?;
+    Some(user + system)
 }
 
 /// Samples a process's resident set every `every` until dropped.
@@ -166,7 +181,20 @@ mod tests {
     }
 
     #[test]
-    fn this_process_has_a_resident_set() {
-        assert!(rss_kib(std::process::id()).is_some_and(|k| k > 0));
+    fn this_process_has_a_resident_set_and_a_cpu_time_that_grows() {
+        let me = std::process::id();
+        assert!(rss_kib(me).is_some_and(|k| k > 0));
+        let before = cpu_ticks(me).unwrap();
+        // Spins (a few seconds at most) until the kernel has charged this process a tick.
+        let mut x = 1u64;
+        for _ in 0..10_000 {
+            for _ in 0..1_000_000 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            if cpu_ticks(me).unwrap() > before {
+                return;
+            }
+        }
+        panic!("no CPU time charged after 10^10 steps ({x})");
     }
 }

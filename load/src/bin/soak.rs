@@ -134,7 +134,7 @@ async fn combo(cli: &Cli, opts: SoakOptions) -> anyhow::Result<bool> {
     );
     let direct = run(&baseline).await?;
     let dir = tempfile::tempdir()?;
-    let gateway = Gateway::start(&cli.bin, dir.path(), upstream).await?;
+    let gateway = Gateway::start(&cli.bin, dir.path(), &load::proxied::config_text(upstream)).await?;
     let sampler = RssSampler::start(gateway.pid(), Duration::from_secs(5));
     let soak = SoakOptions { url: gateway.url.clone(), target: Target::Combo, ..opts };
     println!(
