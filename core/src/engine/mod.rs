@@ -263,15 +263,26 @@ impl Engine {
     }
 
     fn account_exclusion(&self, now: Instant, c: &Candidate<'_>) -> Option<(ExclusionReason, Duration)> {
+        self.connection_exclusion(now, c, self.provider_cooldown(now, c))
+    }
+
+    /// The provider-wide part of a candidate's provider cooldown (the same for every key of
+    /// the provider).
+    pub(crate) fn provider_cooldown(&self, now: Instant, c: &Candidate<'_>) -> Duration {
+        let pc = &self.derived.provider_cooldown;
+        if pc.enabled { self.tracker.remaining(now, pc, c.class, c.provider, None) } else { Duration::ZERO }
+    }
+
+    /// [`Self::account_exclusion`] given the provider-wide cooldown (`provider_cooldown`).
+    pub(crate) fn connection_exclusion(
+        &self,
+        now: Instant,
+        c: &Candidate<'_>,
+        provider_cooldown: Duration,
+    ) -> Option<(ExclusionReason, Duration)> {
         let pc = &self.derived.provider_cooldown;
         if pc.enabled {
-            let r = self.tracker.remaining(now, pc, c.class, c.provider, None).max(self.tracker.remaining(
-                now,
-                pc,
-                c.class,
-                c.provider,
-                Some(c.connection),
-            ));
+            let r = provider_cooldown.max(self.tracker.remaining(now, pc, c.class, c.provider, Some(c.connection)));
             if !r.is_zero() {
                 return Some((ExclusionReason::ProviderCooldown, r));
             }

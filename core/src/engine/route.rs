@@ -8,6 +8,9 @@ use crate::strategy::{Item, rank, stable_hash};
 use crate::tried::Tried;
 use rand::RngExt;
 
+/// Why a candidate is shut out, and for how long.
+type Shut = (ExclusionReason, Duration);
+
 impl Engine {
     /// Picks one eligible candidate by the route's strategies, admits it through its
     /// provider's breaker and marks the connection selected. `tried` says what this request
@@ -30,9 +33,10 @@ impl Engine {
         let mut order = std::mem::take(&mut self.scratch.order);
         eligible.clear();
         order.clear();
-        // A provider's breaker is looked up once for a run of its candidates (the keys of one
-        // provider are listed together); nothing changes it while candidates are checked.
-        let mut breaker: Option<(&str, Option<(ExclusionReason, Duration)>)> = None;
+        // A provider's breaker and provider-wide cooldown are looked up once for a run of its
+        // candidates (the keys of one provider are listed together); nothing changes them
+        // while candidates are checked.
+        let mut breaker: Option<(&str, Option<Shut>, Duration)> = None;
         for (i, c) in candidates.iter().enumerate() {
             if tried.was_tried(i) || tried.is_exhausted(c.connection) {
                 excluded.push(Exclusion { index: i, reason: ExclusionReason::Skipped, retry_after: Duration::ZERO });
@@ -45,15 +49,18 @@ impl Engine {
                 excluded.push(Exclusion { index: i, reason: ExclusionReason::ToolLimit, retry_after: Duration::ZERO });
                 continue;
             }
-            let shut = match breaker {
-                Some((provider, shut)) if std::ptr::eq(provider, c.provider) || provider == c.provider => shut,
+            let (shut, cooling) = match breaker {
+                Some((provider, shut, cooling)) if std::ptr::eq(provider, c.provider) || provider == c.provider => {
+                    (shut, cooling)
+                }
                 _ => {
                     let shut = self.breaker_exclusion(now, c.provider);
-                    breaker = Some((c.provider, shut));
-                    shut
+                    let cooling = self.provider_cooldown(now, c);
+                    breaker = Some((c.provider, shut, cooling));
+                    (shut, cooling)
                 }
             };
-            match shut.or_else(|| self.account_exclusion(now, c)) {
+            match shut.or_else(|| self.connection_exclusion(now, c, cooling)) {
                 Some((reason, retry_after)) => excluded.push(Exclusion { index: i, reason, retry_after }),
                 None => eligible.push(i),
             }

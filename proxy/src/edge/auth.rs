@@ -31,6 +31,14 @@ pub enum Client {
 }
 
 impl Client {
+    /// Whether this client may use every connection (loopback, or a key without a list).
+    pub fn may_use_all(&self) -> bool {
+        match self {
+            Client::Loopback => true,
+            Client::Key(k) => k.allowed_connections.is_empty(),
+        }
+    }
+
     /// Whether this client may use `connection`.
     pub fn may_use(&self, connection: &str) -> bool {
         match self {

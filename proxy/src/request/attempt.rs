@@ -63,7 +63,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
         });
         let events = gw.settle();
         if let Some(outcome) = recorded {
-            let target = (provider.id.as_str(), connection.id.as_str(), self.target.model.as_str());
+            let target = (provider.id.as_str(), connection.id.as_str(), &*self.target.model);
             if let Some(r) =
                 self.trace.record(&gw.clock, now, (self.request, self.round), target, &outcome, d.as_ref(), &events)
             {

@@ -39,9 +39,17 @@ pub fn plan<C: Connect + Clone + Send + Sync + 'static>(
     if plan.targets.is_empty() {
         return Err(crate::request::refuse::no_executable(&plan));
     }
-    let plan = Plan {
-        targets: plan.targets.into_iter().filter(|t| client.may_use(&gw.config.connections[t.connection].id)).collect(),
-        ..plan
+    let plan = if client.may_use_all() {
+        plan
+    } else {
+        Plan {
+            targets: plan
+                .targets
+                .into_iter()
+                .filter(|t| client.may_use(&gw.config.connections[t.connection].id))
+                .collect(),
+            ..plan
+        }
     };
     if plan.targets.is_empty() {
         return Err(ProxyError::new(
@@ -120,8 +128,17 @@ pub fn prepare_all<C: Connect + Clone + Send + Sync + 'static>(
 ) -> Result<(Plan, Preps), ProxyError> {
     let mut preps: Preps = [None, None];
     let mut refused: Option<Untranslatable> = None;
+    // The formats the targets speak, in one pass (a target's connections share its provider).
+    let mut used = [false; 2];
+    let mut last_provider = usize::MAX;
+    for t in &plan.targets {
+        if t.provider != last_provider {
+            last_provider = t.provider;
+            used[slot(gw.parts(t).0.format)] = true;
+        }
+    }
     for format in [Format::Openai, Format::Anthropic] {
-        if !plan.targets.iter().any(|t| gw.parts(t).0.format == format) {
+        if !used[slot(format)] {
             continue;
         }
         match exchange::prepare(inbound, format) {
@@ -131,6 +148,10 @@ pub fn prepare_all<C: Connect + Clone + Send + Sync + 'static>(
                 refused.get_or_insert(u);
             }
         }
+    }
+    if refused.is_none() {
+        // Every target's format could express the request: all are kept as they are.
+        return Ok((plan, preps));
     }
     let targets: Vec<Target> =
         plan.targets.into_iter().filter(|t| preps[slot(gw.parts(t).0.format)].is_some()).collect();

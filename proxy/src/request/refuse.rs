@@ -168,7 +168,7 @@ pub fn no_target<C: Connect + Clone + Send + Sync + 'static>(
                 serde_json::json!({
                     "target": format!("{}/{}", p.id, plan.targets[e.index].model),
                     "provider": p.id,
-                    "model": plan.targets[e.index].model,
+                    "model": &*plan.targets[e.index].model,
                     "connection": c.id,
                     "reason": e.reason.as_str(),
                     "retry_after_s": e.retry_after.as_secs_f64().ceil() as u64,

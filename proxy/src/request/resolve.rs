@@ -4,6 +4,7 @@
 
 use crate::config::{ComboConfig, Config, MAX_COMBO_DEPTH};
 use ferroute_core::engine::Strategy;
+use std::sync::Arc;
 
 /// One routable target of a request.
 #[derive(Debug, Clone)]
@@ -12,8 +13,8 @@ pub struct Target {
     pub provider: usize,
     /// Index into `config.connections`.
     pub connection: usize,
-    /// The model sent upstream.
-    pub model: String,
+    /// The model sent upstream (shared by the target's connections).
+    pub model: Arc<str>,
     /// Position of the combo target it came from (0 for direct requests); nested combos
     /// are flattened, so this counts the leaves.
     pub target_index: usize,
@@ -28,11 +29,11 @@ pub struct Target {
 impl Target {
     /// A target of a direct request (or the emergency target): one provider's model, no
     /// declared traits.
-    fn direct(provider: usize, connection: usize, model: &str) -> Self {
+    fn direct(provider: usize, connection: usize, model: &Arc<str>) -> Self {
         Target {
             provider,
             connection,
-            model: model.to_owned(),
+            model: model.clone(),
             target_index: 0,
             weight: 1,
             cost: None,
@@ -92,7 +93,8 @@ pub fn resolve(cfg: &Config, model: &str) -> Result<Plan, String> {
         },
     };
     let pi = cfg.provider_position(&provider).unwrap_or(0);
-    let targets = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, &upstream_model)).collect();
+    let shared: Arc<str> = Arc::from(upstream_model.as_str());
+    let targets = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, &shared)).collect();
     Ok(Plan {
         targets,
         strategy: Strategy::Priority,
@@ -137,17 +139,20 @@ fn flatten(cfg: &Config, combo: &ComboConfig, depth: usize, weight: u32, plan: &
         let index = plan.pool.len();
         plan.pool.push(t.target.clone());
         let pinned = t.connection.as_deref();
-        let conns: Vec<usize> =
-            connections_of(cfg, pi).filter(|ci| pinned.is_none_or(|pin| cfg.connections[*ci].id == pin)).collect();
-        plan.targets.extend(conns.into_iter().map(|ci| Target {
-            provider: pi,
-            connection: ci,
-            model: m.to_owned(),
-            target_index: index,
-            weight: w,
-            cost: t.cost,
-            context_window: t.context_window,
-        }));
+        let model: Arc<str> = Arc::from(m);
+        plan.targets.extend(
+            connections_of(cfg, pi).filter(|ci| pinned.is_none_or(|pin| cfg.connections[*ci].id == pin)).map(|ci| {
+                Target {
+                    provider: pi,
+                    connection: ci,
+                    model: model.clone(),
+                    target_index: index,
+                    weight: w,
+                    cost: t.cost,
+                    context_window: t.context_window,
+                }
+            }),
+        );
     }
 }
 
@@ -160,7 +165,8 @@ pub fn emergency(cfg: &Config, key: &str) -> Option<Plan> {
     let target = cfg.emergency_fallback.target.as_deref()?;
     let (p, m) = target.split_once('/')?;
     let pi = cfg.provider_position(p)?;
-    let targets: Vec<Target> = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, m)).collect();
+    let model: Arc<str> = Arc::from(m);
+    let targets: Vec<Target> = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, &model)).collect();
     Some(Plan {
         targets,
         strategy: Strategy::Priority,

@@ -1,12 +1,12 @@
 //! The gateway's shared state: config, the core engine behind one lock, admission queues,
 //! the store, metrics and the upstream client.
 
-use crate::config::{Config, ConnectionConfig, ProviderConfig};
+use crate::config::Config;
 use crate::recording::telemetry::Telemetry;
 use crate::recording::writer::Recorder;
 use crate::replicas::link::Replicas;
 use crate::request::endpoint::Endpoints;
-use crate::request::resolve::{Plan, Target};
+use crate::request::resolve::Plan;
 use crate::sessions::accounts::Accounts;
 use crate::sessions::sealed::Sealer;
 use crate::state::clock::Clock;
@@ -14,7 +14,7 @@ use crate::state::metrics::Metrics;
 use crate::state::store::{PinWrite, Store, StoreError};
 use bytes::Bytes;
 use ferroute_core::admission::AdmissionQueue;
-use ferroute_core::engine::{Candidate, Engine, Event, OutcomeKind, Strategy, Traits};
+use ferroute_core::engine::{Engine, Event, OutcomeKind, Strategy};
 use ferroute_core::session::PinEvent;
 use ferroute_core::usage_limit::LaneChange;
 use http_body_util::Full;
@@ -422,37 +422,6 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         crate::request::resolve::emergency(&self.config, key)
     }
 
-    /// The provider and connection of a target.
-    pub fn parts(&self, t: &Target) -> (&ProviderConfig, &ConnectionConfig) {
-        (&self.config.providers[t.provider], &self.config.connections[t.connection])
-    }
-
-    /// A core candidate for a target.
-    pub fn candidate<'a>(&'a self, t: &'a Target) -> Candidate<'a> {
-        let (p, c) = self.parts(t);
-        Candidate {
-            provider: &p.id,
-            class: p.class,
-            connection: &c.id,
-            model: &t.model,
-            family: p.quota_family(&t.model),
-            traits: Traits {
-                target: t.target_index,
-                weight: t.weight,
-                cost: t.cost,
-                context_window: t.context_window,
-                connection_strategy: self.connection_strategies[t.provider],
-                connection_weight: c.weight.unwrap_or(1),
-                max_concurrent: c.max_concurrent.filter(|_| self.config.resilience.quota_share.enabled),
-            },
-        }
-    }
-
-    /// The core candidates of a plan's targets, in order.
-    pub fn candidates<'a>(&'a self, plan: &'a Plan) -> Vec<Candidate<'a>> {
-        plan.targets.iter().map(|t| self.candidate(t)).collect()
-    }
-
     /// A fresh id for objects Ferroute names itself (Responses API responses): unique within
     /// this process and across restarts (it starts from the wall clock at start-up).
     pub fn next_id(&self) -> String {
@@ -490,5 +459,6 @@ struct QueueEntry {
     wakers: BTreeMap<u64, oneshot::Sender<()>>,
 }
 
+mod candidates;
 pub mod queues;
 mod shared;

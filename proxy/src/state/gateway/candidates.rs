@@ -1,0 +1,61 @@
+//! A plan's targets as the core's candidates.
+
+use super::Gateway;
+use crate::config::{ConnectionConfig, ProviderConfig};
+use crate::request::resolve::{Plan, Target};
+use ferroute_core::engine::{Candidate, Traits};
+use hyper_util::client::legacy::connect::Connect;
+
+impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
+    /// The provider and connection of a target.
+    pub fn parts(&self, t: &Target) -> (&ProviderConfig, &ConnectionConfig) {
+        (&self.config.providers[t.provider], &self.config.connections[t.connection])
+    }
+
+    /// A core candidate for a target.
+    pub fn candidate<'a>(&'a self, t: &'a Target) -> Candidate<'a> {
+        let family = self.parts(t).0.quota_family(&t.model);
+        self.candidate_of_family(t, family)
+    }
+
+    fn candidate_of_family<'a>(&'a self, t: &'a Target, family: Option<&'a str>) -> Candidate<'a> {
+        let (p, c) = self.parts(t);
+        Candidate {
+            provider: &p.id,
+            class: p.class,
+            connection: &c.id,
+            model: &t.model,
+            family,
+            traits: Traits {
+                target: t.target_index,
+                weight: t.weight,
+                cost: t.cost,
+                context_window: t.context_window,
+                connection_strategy: self.connection_strategies[t.provider],
+                connection_weight: c.weight.unwrap_or(1),
+                max_concurrent: c.max_concurrent.filter(|_| self.config.resilience.quota_share.enabled),
+            },
+        }
+    }
+
+    /// The core candidates of a plan's targets, in order. A target's connections share its
+    /// model, so its quota family is looked up once for the run of them.
+    pub fn candidates<'a>(&'a self, plan: &'a Plan) -> Vec<Candidate<'a>> {
+        let mut last: Option<(&'a Target, Option<&'a str>)> = None;
+        plan.targets
+            .iter()
+            .map(|t| {
+                let family = match last {
+                    Some((prev, family))
+                        if prev.provider == t.provider && std::sync::Arc::ptr_eq(&prev.model, &t.model) =>
+                    {
+                        family
+                    }
+                    _ => self.parts(t).0.quota_family(&t.model),
+                };
+                last = Some((t, family));
+                self.candidate_of_family(t, family)
+            })
+            .collect()
+    }
+}
