@@ -302,8 +302,14 @@ impl Affinity {
             }
             let ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
             let pin = Pin { connection, expires_at: crate::types::after(now, ms) };
-            if let Some(old) = self.pins.insert(key.clone(), pin) {
-                moved.push((old.connection, key));
+            match self.pins.entry(key) {
+                hashbrown::hash_map::Entry::Occupied(mut e) => {
+                    let old = std::mem::replace(e.get_mut(), pin);
+                    moved.push((old.connection, e.key().clone()));
+                }
+                hashbrown::hash_map::Entry::Vacant(e) => {
+                    e.insert(pin);
+                }
             }
         }
         for (connection, key) in moved {

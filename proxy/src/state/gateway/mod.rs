@@ -266,7 +266,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         }
         // Each connection's provider, looked up once per stored entry (not a pass over the
         // config per entry: 100 000 pins and 1 000 connections made that 160 ms of start-up).
-        let provider_of: std::collections::BTreeMap<&str, &str> =
+        let provider_of: hashbrown::HashMap<&str, &str, rustc_hash::FxBuildHasher> =
             self.config.connections.iter().map(|c| (c.id.as_str(), c.provider.as_str())).collect();
         for (id, snap, saved) in loaded.connections {
             if provider_of.contains_key(id.as_str()) {
