@@ -4,7 +4,7 @@
 use ferroute_core::settings::{ConfigError as CoreConfigError, FieldError, ResilienceSettings};
 use ferroute_core::types::ProviderClass;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 /// Default listen address: loopback only.
@@ -126,27 +126,7 @@ pub struct Config {
     /// Where each provider is in `providers`, and its connections' positions in
     /// `connections` (config order): a request's lookups cost the same with 1 provider or
     /// 1 000. Built once at load; providers and connections are not added or renamed after.
-    index: Index,
-}
-
-/// Lookups by id, built once per config.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Index {
-    providers: BTreeMap<String, usize>,
-    connections_of: Vec<Vec<usize>>,
-}
-
-impl Index {
-    fn new(providers: &[ProviderConfig], connections: &[ConnectionConfig]) -> Index {
-        let ids: BTreeMap<String, usize> = providers.iter().enumerate().rev().map(|(i, p)| (p.id.clone(), i)).collect();
-        let mut connections_of = vec![Vec::new(); providers.len()];
-        for (ci, c) in connections.iter().enumerate() {
-            if let Some(&pi) = ids.get(&c.provider) {
-                connections_of[pi].push(ci);
-            }
-        }
-        Index { providers: ids, connections_of }
-    }
+    index: index::Index,
 }
 
 impl Config {
@@ -265,9 +245,9 @@ impl Config {
             recording: raw.recording,
             telemetry,
             demo,
-            index: Index::default(),
+            index: index::Index::default(),
         };
-        config.index = Index::new(&config.providers, &config.connections);
+        config.index = index::Index::new(&config.providers, &config.connections);
         config.warnings = config.warnings();
         config.validate_into(&mut errors);
         if errors.is_empty() { Ok(config) } else { Err(ConfigError(errors)) }
@@ -442,12 +422,17 @@ impl Config {
 
     /// Where the provider with this id is in `providers` (the first, should ids repeat).
     pub fn provider_position(&self, id: &str) -> Option<usize> {
-        self.index.providers.get(id).copied().filter(|&i| self.providers.get(i).is_some_and(|p| p.id == id))
+        self.index.provider_position(&self.providers, id)
     }
 
     /// The positions in `connections` of a provider's connections, in config order.
     pub fn connections_of(&self, provider: usize) -> &[usize] {
-        self.index.connections_of.get(provider).map_or(&[], Vec::as_slice)
+        self.index.connections_of(provider)
+    }
+
+    /// Where the first provider that lists `model` is in `providers`.
+    pub fn provider_serving(&self, model: &str) -> Option<usize> {
+        self.index.provider_serving(&self.providers, model)
     }
 }
 
@@ -462,6 +447,7 @@ mod combos;
 mod connection;
 pub mod demo;
 mod error;
+mod index;
 pub mod oauth;
 mod provider;
 mod recording;

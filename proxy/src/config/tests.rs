@@ -335,3 +335,16 @@ quota_families = { codex = ["gpt-5.6-luna", "GPT-5.6-Sol", "gpt-5.6-terra"], spa
         "{named:?}"
     );
 }
+
+#[test]
+fn a_bare_model_is_served_by_the_first_provider_that_lists_it() {
+    let c = parse(
+        "[[providers]]\nid = \"a\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"x\"]\n\
+         [[providers]]\nid = \"b\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"y\", \"x\"]\n",
+    )
+    .expect("valid");
+    assert_eq!(c.provider_serving("x"), Some(0));
+    assert_eq!(c.provider_serving("y"), Some(1));
+    assert_eq!(c.provider_serving("z"), None);
+    assert_eq!(c.provider_serving("a/x"), None, "a provider/model name is not a listed model");
+}

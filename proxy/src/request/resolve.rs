@@ -78,31 +78,34 @@ pub fn resolve(cfg: &Config, model: &str) -> Result<Plan, String> {
     if let Some(combo) = cfg.combos.iter().find(|c| c.name == model) {
         return Ok(combo_plan(cfg, combo));
     }
-    let (provider, upstream_model) = match model.split_once('/') {
-        Some((p, m)) if cfg.provider(p).is_some() && !m.trim().is_empty() => (p.to_owned(), m.to_owned()),
-        Some((p, _)) if cfg.provider(p).is_some() => {
-            return Err(format!("model {model:?} names provider {p:?} but no model after the '/'"));
-        }
-        _ => match cfg.providers.iter().find(|p| p.models.iter().any(|m| m == model)) {
-            Some(p) => (p.id.clone(), model.to_owned()),
-            None => {
-                return Err(format!(
-                    "model {model:?} is not served here: use provider/model, a combo name, or a model a provider lists (GET /v1/models)"
-                ));
-            }
+    let (pi, upstream_model) = match model.split_once('/') {
+        Some((p, m)) => match cfg.provider_position(p) {
+            Some(pi) if !m.trim().is_empty() => (pi, m),
+            Some(_) => return Err(format!("model {model:?} names provider {p:?} but no model after the '/'")),
+            None => bare(cfg, model)?,
         },
+        None => bare(cfg, model)?,
     };
-    let pi = cfg.provider_position(&provider).unwrap_or(0);
-    let shared: Arc<str> = Arc::from(upstream_model.as_str());
+    let shared: Arc<str> = Arc::from(upstream_model);
     let targets = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, &shared)).collect();
     Ok(Plan {
         targets,
         strategy: Strategy::Priority,
         combo: false,
         key: model.to_owned(),
-        pool: vec![format!("{provider}/{upstream_model}")],
+        pool: vec![format!("{}/{upstream_model}", cfg.providers[pi].id)],
         multi: None,
     })
+}
+
+/// A bare model (or one whose prefix is no provider's id): the first provider that lists it.
+fn bare<'m>(cfg: &Config, model: &'m str) -> Result<(usize, &'m str), String> {
+    match cfg.provider_serving(model) {
+        Some(pi) => Ok((pi, model)),
+        None => Err(format!(
+            "model {model:?} is not served here: use provider/model, a combo name, or a model a provider lists (GET /v1/models)"
+        )),
+    }
 }
 
 fn combo_plan(cfg: &Config, combo: &ComboConfig) -> Plan {
