@@ -71,6 +71,11 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
     resp
 }
 
+/// The target (`provider/model`) of the attempt in progress: the last in the report's order.
+fn last_tried(report: &Report) -> &str {
+    report.order.last().map_or("", String::as_str)
+}
+
 fn step(steps: &mut Option<&mut Vec<PathStep>>, target: &str, connection: &str, result: String) {
     if let Some(s) = steps {
         s.push(PathStep { target: target.to_owned(), connection: connection.to_owned(), result });
@@ -168,9 +173,8 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
                 request,
             },
         );
-        let shown = format!("{}/{}", provider.id, target.model);
-        let connection_id = connection.id.clone();
-        report.order.push(shown.clone());
+        // The attempt's `provider/model` is kept once, in the report's order.
+        report.order.push(format!("{}/{}", provider.id, target.model));
         // A provider-level failure is not counted when the next target is on the same provider.
         let same_provider_next = plan.combo
             && plan.targets.iter().enumerate().any(|(i, t)| {
@@ -210,7 +214,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
         };
         match attempt_once(attempt, inbound, prep, &plan.key).await {
             Step::Done(mut resp) => {
-                step(&mut steps, &shown, &connection_id, "served".to_owned());
+                step(&mut steps, last_tried(&report), &connection.id, "served".to_owned());
                 if combo {
                     report.attempted = tried.attempts() + 1;
                     report.excluded = excluded(&gw, &plan);
@@ -222,15 +226,15 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
                 tracing::info!(provider = %provider.id, connection = %connection.id, status = f.decision.status, reason = f.decision.reason.as_str(), "attempt failed");
                 step(
                     &mut steps,
-                    &shown,
-                    &connection_id,
+                    last_tried(&report),
+                    &connection.id,
                     format!("{} {}", f.decision.status, f.decision.reason.as_str()),
                 );
                 tried.failed(index, &connection.id, Some(&f.decision));
                 last = Some(f);
             }
             Step::Fail(e, conn) => {
-                step(&mut steps, &shown, &conn, format!("{} {}", e.status, e.code));
+                step(&mut steps, last_tried(&report), &conn, format!("{} {}", e.status, e.code));
                 let mut resp = finish(&gw, e, Some(&conn), shape);
                 if combo {
                     report.attempted = tried.attempts() + 1;
@@ -238,7 +242,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
                 }
                 return resp;
             }
-            Step::Excluded => step(&mut steps, &shown, &connection_id, "excluded while queued".to_owned()),
+            Step::Excluded => step(&mut steps, last_tried(&report), &connection.id, "excluded while queued".to_owned()),
         }
     }
     end(&gw, &plan, combo, last, None, &mut report, tried.attempts(), shape)
