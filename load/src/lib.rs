@@ -248,15 +248,6 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// One request and its full body.
-/// Whether `GET url` answers with a success status (and its whole body).
-pub async fn get_ok(url: &str) -> bool {
-    let Ok(req) = hyper::Request::get(url).body(Full::new(Bytes::new())) else { return false };
-    match client().request(req).await {
-        Ok(resp) if resp.status().is_success() => resp.into_body().collect().await.is_ok(),
-        _ => false,
-    }
-}
-
 async fn one(client: &Client<HttpConnector, Full<Bytes>>, url: &str, body: &Bytes) -> bool {
     let req = match hyper::Request::post(url).header("content-type", "application/json").body(Full::new(body.clone())) {
         Ok(r) => r,

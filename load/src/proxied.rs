@@ -1,12 +1,13 @@
 //! The proxied soak's world: the real `ferroute` binary in its own process (so its resident
 //! memory is its own), a combo over two providers of different formats with eight keys each,
 //! and the benchmark's scripted upstream, which answers at once. The soak drives chat
-//! completions to the combo; [`RssSampler`] reads the binary's resident set from `/proc`, and
-//! [`cpu_ticks`] its CPU time.
+//! completions to the combo. The binary is started as the chaos suite starts it
+//! ([`chaos::binary::Gateway`]); [`RssSampler`] samples its resident set from `/proc`, and
+//! [`cpu_ticks`] reads its CPU time.
 
+pub use chaos::binary::{Gateway, rss_kib_of as rss_kib};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -33,66 +34,14 @@ pub fn config_text(upstream: SocketAddr) -> String {
     text
 }
 
-/// The real binary, serving on a loopback port; killed when dropped.
-pub struct Gateway {
-    child: Child,
-    /// Its base URL.
-    pub url: String,
-}
-
-impl Gateway {
-    /// Starts `bin` with `config` (TOML, written into `dir`, state in `dir/data`) and waits up
-    /// to 60 s for its health endpoint.
-    pub async fn start(bin: &Path, dir: &Path, config: &str) -> anyhow::Result<Gateway> {
-        anyhow::ensure!(
-            bin.is_file(),
-            "no binary at {} (cargo build --release -p proxy --bin ferroute)",
-            bin.display()
-        );
-        let path = dir.join("ferroute.toml");
-        std::fs::write(&path, config)?;
-        let config = path;
-        let data: PathBuf = dir.join("data");
-        std::fs::create_dir_all(&data)?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(bin)
-            .arg("--config")
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(&data)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("FERROUTE_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()?;
-        let gateway = Gateway { child, url: format!("http://127.0.0.1:{port}") };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let health = format!("{}/api/monitoring/health", gateway.url);
-        while !crate::get_ok(&health).await {
-            anyhow::ensure!(Instant::now() < deadline, "{} gave no health answer within 60 s", bin.display());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(gateway)
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A process's resident set in KiB (`VmRSS` in `/proc/<pid>/status`), if it can be read.
-pub fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+/// Starts the real binary `bin` with `config` (TOML; its state goes to `dir/data`, its config
+/// to `dir/ferroute.toml`) on a port it picks and announces ([`chaos::binary::Gateway`]).
+pub async fn start_binary(bin: &Path, dir: &Path, config: &str) -> anyhow::Result<Gateway> {
+    anyhow::ensure!(bin.is_file(), "no binary at {} (cargo build --release -p proxy --bin ferroute)", bin.display());
+    let path = dir.join("ferroute.toml");
+    let data = dir.join("data");
+    std::fs::write(&path, format!("[server]\ndata_dir = {:?}\n{config}", data.display().to_string()))?;
+    Gateway::start_with(bin, &path).await.map_err(|e| anyhow::anyhow!("{}: {e}", bin.display()))
 }
 
 /// A process's CPU time so far (user + system) in clock ticks (`/proc/<pid>/stat`, 100 a

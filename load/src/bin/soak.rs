@@ -15,7 +15,7 @@
 //!   10 %) is breached.
 
 use clap::{Parser, ValueEnum};
-use load::proxied::{Gateway, RssSampler, rss_flatness};
+use load::proxied::{RssSampler, rss_flatness, start_binary};
 use load::soak::{SoakOptions, SoakReport, THRESHOLDS_BREACHED, Target, parse_duration, run};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -121,6 +121,9 @@ async fn combo(cli: &Cli, opts: SoakOptions) -> anyhow::Result<bool> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let upstream = listener.local_addr()?;
     tokio::spawn(scenarios::serve_upstream(listener, Arc::new(load::bench_upstream())));
+    // Started first so that a missing binary is named at once; it idles through the baseline.
+    let dir = tempfile::tempdir()?;
+    let gateway = start_binary(&cli.bin, dir.path(), &load::proxied::config_text(upstream)).await?;
     let baseline = SoakOptions {
         url: format!("http://{upstream}"),
         seconds: parse_duration(&cli.baseline)?,
@@ -133,10 +136,8 @@ async fn combo(cli: &Cli, opts: SoakOptions) -> anyhow::Result<bool> {
         baseline.url, baseline.users, baseline.seconds
     );
     let direct = run(&baseline).await?;
-    let dir = tempfile::tempdir()?;
-    let gateway = Gateway::start(&cli.bin, dir.path(), &load::proxied::config_text(upstream)).await?;
     let sampler = RssSampler::start(gateway.pid(), Duration::from_secs(5));
-    let soak = SoakOptions { url: gateway.url.clone(), target: Target::Combo, ..opts };
+    let soak = SoakOptions { url: gateway.base.clone(), target: Target::Combo, ..opts };
     println!(
         "soak: POST {}/v1/chat/completions (combo {}), {} users, {} s; thresholds p95 < {} ms, errors < {} %, ≥ {} requests/s, RSS flat within 10 %",
         soak.url,

@@ -20,7 +20,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use load::proxied::{Gateway, cpu_ticks, rss_kib};
+use load::proxied::{cpu_ticks, rss_kib, start_binary};
 use scenarios::{Behaviour, Script, ScriptedUpstream, SseEvent, serve_upstream};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -139,9 +139,9 @@ struct Figures {
 
 async fn measure(cli: &Cli, up: SocketAddr, gaps: &[u64], streams: usize) -> anyhow::Result<Figures> {
     let dir = tempfile::tempdir()?;
-    let gateway = Gateway::start(&cli.bin, dir.path(), &config_text(up, gaps)).await?;
+    let gateway = start_binary(&cli.bin, dir.path(), &config_text(up, gaps)).await?;
     let pid = gateway.pid();
-    let url = format!("{}/v1/chat/completions", gateway.url);
+    let url = format!("{}/v1/chat/completions", gateway.base);
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     let http: Http = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(http);
