@@ -16,6 +16,7 @@ use crate::request::upstream::{Failure, Step, attempt_once, failure_error};
 use crate::state::clock::rfc3339;
 use crate::state::gateway::Gateway;
 use crate::state::history::paths::{Path, Step as PathStep};
+use ferroute_core::breaker::Ticket;
 use ferroute_core::engine::{Exclusion, Route, Selection};
 use ferroute_core::session::key::sha256_hex;
 use ferroute_core::strategy::Ask;
@@ -71,6 +72,148 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
     resp
 }
 
+/// What a combo has spent on getting past a set with nothing eligible.
+#[derive(Debug, Default)]
+struct Recovery {
+    /// Cooldowns waited out (M8), and how long in all.
+    waits: u32,
+    waited: Duration,
+    /// Whether the emergency target was tried (M16; once).
+    emergency_used: bool,
+}
+
+/// How a combo goes on when nothing is eligible.
+enum Recovered {
+    /// It waited out a short cooldown (M8): the same plan again.
+    Waited,
+    /// The emergency target's plan (M16).
+    Emergency(Plan),
+    /// It does not: the request ends.
+    No,
+}
+
+/// When nothing of `plan` is eligible at `now`: a combo waits out a short transient cooldown
+/// that ends the set (M8), else tries the emergency target once (M16).
+async fn recover<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    plan: &Plan,
+    r: &mut Recovery,
+    last_reason: Option<ferroute_core::types::Reason>,
+    now: std::time::Instant,
+    (inbound, preps): (&Inbound, &mut Preps),
+    steps: &mut Option<&mut Vec<PathStep>>,
+) -> Recovered {
+    if !plan.combo || r.emergency_used {
+        return Recovered::No;
+    }
+    let wait = {
+        let cands = gw.candidates(plan);
+        gw.with_engine(|e| e.set_wait(now, &cands, last_reason, r.waits, r.waited))
+    };
+    if let Some(wait) = wait {
+        tracing::info!(combo = %plan.key, wait_ms = wait.as_millis() as u64, waits = r.waits, "waiting for a cooldown before retrying the combo");
+        gw.observe(now, crate::state::gateway::Observed::ComboWait { combo: &plan.key, wait });
+        step(steps, "", "", format!("waited {} ms", wait.as_millis()));
+        tokio::time::sleep_until(tokio::time::Instant::from_std(now + wait)).await;
+        r.waits += 1;
+        r.waited += wait;
+        return Recovered::Waited;
+    }
+    let Some(e) = gw.emergency_plan(&plan.key) else { return Recovered::No };
+    r.emergency_used = true;
+    if !prepare_for(gw, &e, inbound, preps) {
+        return Recovered::No;
+    }
+    tracing::warn!(combo = %plan.key, target = ?e.pool, "every combo target failed or is excluded; using the emergency target");
+    step(steps, "", "", "emergency target".to_owned());
+    Recovered::Emergency(e)
+}
+
+/// Notes the core's pick of `target`: observers see what `select` itself returned, before any
+/// later guard re-checks it (the simulation holds each layer to its own invariant), and the
+/// report keeps its `provider/model` (once; the request's path reads it from there).
+fn picked<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    target: &crate::request::resolve::Target,
+    now: std::time::Instant,
+    request: u64,
+    report: &mut Report,
+) {
+    let (provider, connection) = gw.parts(target);
+    gw.observe(
+        now,
+        crate::state::gateway::Observed::Pick {
+            provider: &provider.id,
+            connection: &connection.id,
+            model: &target.model,
+            request,
+        },
+    );
+    report.order.push(format!("{}/{}", provider.id, target.model));
+}
+
+/// What the core picks for `plan` at `now`, given what this request already `tried`.
+fn pick<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    plan: &Plan,
+    inbound: &Inbound,
+    ask: Ask,
+    tried: &Tried,
+    now: std::time::Instant,
+) -> Selection {
+    let cands = gw.candidates(plan);
+    let route = Route {
+        strategy: plan.strategy,
+        key: &plan.key,
+        ask,
+        session: inbound.session.as_deref(),
+        session_ttl: inbound.session_ttl,
+    };
+    gw.with_engine(|e| e.select(now, &cands, &route, tried))
+}
+
+/// The attempt of `plan`'s target `index`, admitted with `ticket`, in the request's `round`,
+/// with what the flight recorder and the tracer keep of it when either is on.
+fn new_attempt<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Arc<Gateway<C>>,
+    plan: &Plan,
+    (index, ticket): (usize, Ticket),
+    tried: &Tried,
+    (request, ids, round): (u64, Option<Ids>, u32),
+    inbound: &Inbound,
+) -> Attempt<C> {
+    let target = &plan.targets[index];
+    // A provider-level failure is not counted when the next target is on the same provider.
+    let same_provider_next = plan.combo
+        && plan.targets.iter().enumerate().any(|(i, t)| {
+            t.target_index > target.target_index
+                && t.provider == target.provider
+                && !tried.was_tried(i)
+                && !tried.is_exhausted(&gw.config.connections[t.connection].id)
+        });
+    let trace = if gw.recorder.is_some() || ids.is_some() {
+        let mut t = Trace::new(
+            exchange::api_name(inbound.api),
+            plan.combo.then(|| Arc::from(plan.key.as_str())),
+            inbound.stream,
+            ids.zip(gw.telemetry.get()).map(|(ids, t)| ids.child(t.span_id())),
+        );
+        t.excluded = exclusions(gw, plan, index);
+        t
+    } else {
+        Trace::unwanted()
+    };
+    Attempt {
+        gw: Arc::clone(gw),
+        target: target.clone(),
+        ticket: Some(ticket),
+        same_provider_next,
+        request,
+        round,
+        trace,
+    }
+}
+
 /// The target (`provider/model`) of the attempt in progress: the last in the report's order.
 fn last_tried(report: &Report) -> &str {
     report.order.last().map_or("", String::as_str)
@@ -97,112 +240,39 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
     let mut plan = plan;
     let mut tried = Tried::new();
     let mut last: Option<Failure> = None;
-    let (mut waits, mut waited) = (0u32, Duration::ZERO);
-    let mut emergency_used = false;
+    let mut recovery = Recovery::default();
     let mut round = 0u32;
-    let api = exchange::api_name(inbound.api);
     // An attempt that became ineligible while queued is not an upstream attempt, so the
     // budget alone does not bound the loop.
     let max_attempts = gw.config.resilience.routing.max_attempts.max(1) as usize;
     let turns = 2 * (max_attempts + plan.targets.len()) + 8;
     for _ in 0..turns {
         let now = gw.clock.now();
-        let selection = {
-            let cands = gw.candidates(&plan);
-            let route = Route {
-                strategy: plan.strategy,
-                key: &plan.key,
-                ask,
-                session: inbound.session.as_deref(),
-                session_ttl: inbound.session_ttl,
-            };
-            gw.with_engine(|e| e.select(now, &cands, &route, &tried))
-        };
+        let selection = pick(&gw, &plan, inbound, ask, &tried, now);
         gw.settle();
         let (index, ticket) = match selection {
             Selection::Pick { index, ticket } => (index, ticket),
             Selection::NoneEligible(ex) => {
-                if plan.combo && !emergency_used {
-                    let wait = {
-                        let cands = gw.candidates(&plan);
-                        let last_reason = last.as_ref().map(|f| f.decision.reason);
-                        gw.with_engine(|e| e.set_wait(now, &cands, last_reason, waits, waited))
-                    };
-                    if let Some(wait) = wait {
-                        // M8: a short transient cooldown ends the set; wait it out and go again.
-                        tracing::info!(combo = %plan.key, wait_ms = wait.as_millis() as u64, waits, "waiting for a cooldown before retrying the combo");
-                        gw.observe(now, crate::state::gateway::Observed::ComboWait { combo: &plan.key, wait });
-                        step(&mut steps, "", "", format!("waited {} ms", wait.as_millis()));
-                        let until = tokio::time::Instant::from_std(now + wait);
-                        tokio::time::sleep_until(until).await;
-                        waits += 1;
-                        waited += wait;
-                        tried.new_round();
-                        round += 1;
-                        continue;
-                    }
-                    if let Some(e) = gw.emergency_plan(&plan.key) {
-                        emergency_used = true;
-                        if prepare_for(&gw, &e, inbound, preps) {
-                            tracing::warn!(combo = %plan.key, target = ?e.pool, "every combo target failed or is excluded; using the emergency target");
-                            step(&mut steps, "", "", "emergency target".to_owned());
-                            plan = e;
-                            tried.new_round();
-                            round += 1;
-                            continue;
-                        }
+                let reason = last.as_ref().map(|f| f.decision.reason);
+                match recover(&gw, &plan, &mut recovery, reason, now, (inbound, preps), &mut steps).await {
+                    Recovered::Waited => {}
+                    Recovered::Emergency(e) => plan = e,
+                    Recovered::No => {
+                        return end(&gw, &plan, combo, last, Some(&ex), &mut report, tried.attempts(), shape);
                     }
                 }
-                return end(&gw, &plan, combo, last, Some(&ex), &mut report, tried.attempts(), shape);
+                tried.new_round();
+                round += 1;
+                continue;
             }
             Selection::BudgetSpent { attempts } => {
                 tracing::warn!(model = %plan.key, attempts, "request reached its attempt budget");
                 return end(&gw, &plan, combo, last, None, &mut report, attempts, shape);
             }
         };
-        let target = &plan.targets[index];
-        let (provider, connection) = gw.parts(target);
-        // What `select` itself returned, before any later guard re-checks it (the simulation
-        // holds each layer to its own invariant).
-        gw.observe(
-            now,
-            crate::state::gateway::Observed::Pick {
-                provider: &provider.id,
-                connection: &connection.id,
-                model: &target.model,
-                request,
-            },
-        );
-        // The attempt's `provider/model` is kept once, in the report's order.
-        report.order.push(format!("{}/{}", provider.id, target.model));
-        // A provider-level failure is not counted when the next target is on the same provider.
-        let same_provider_next = plan.combo
-            && plan.targets.iter().enumerate().any(|(i, t)| {
-                t.target_index > target.target_index
-                    && t.provider == target.provider
-                    && !tried.was_tried(i)
-                    && !tried.is_exhausted(&gw.config.connections[t.connection].id)
-            });
-        let attempt = Attempt {
-            gw: Arc::clone(&gw),
-            target: target.clone(),
-            ticket: Some(ticket),
-            same_provider_next,
-            request,
-            round,
-            trace: if gw.recorder.is_some() || ids.is_some() {
-                let mut t = Trace::new(
-                    api,
-                    combo.then(|| Arc::from(plan.key.as_str())),
-                    inbound.stream,
-                    ids.zip(gw.telemetry.get()).map(|(ids, t)| ids.child(t.span_id())),
-                );
-                t.excluded = exclusions(&gw, &plan, index);
-                t
-            } else {
-                Trace::unwanted()
-            },
-        };
+        let (provider, connection) = gw.parts(&plan.targets[index]);
+        picked(&gw, &plan.targets[index], now, request, &mut report);
+        let attempt = new_attempt(&gw, &plan, (index, ticket), &tried, (request, ids, round), inbound);
         let Some(prep) = preps[slot(provider.format)].as_mut() else {
             // plan and prepare_for keep only targets with a prepared request.
             return finish(
@@ -216,9 +286,8 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
             Step::Done(mut resp) => {
                 step(&mut steps, last_tried(&report), &connection.id, "served".to_owned());
                 if combo {
-                    report.attempted = tried.attempts() + 1;
                     report.excluded = excluded(&gw, &plan);
-                    report.apply(&mut resp, None);
+                    report.answered(&mut resp, tried.attempts() + 1, None);
                 }
                 return resp;
             }
@@ -237,8 +306,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
                 step(&mut steps, last_tried(&report), &conn, format!("{} {}", e.status, e.code));
                 let mut resp = finish(&gw, e, Some(&conn), shape);
                 if combo {
-                    report.attempted = tried.attempts() + 1;
-                    report.apply(&mut resp, Some("request_failed"));
+                    report.answered(&mut resp, tried.attempts() + 1, Some("request_failed"));
                 }
                 return resp;
             }

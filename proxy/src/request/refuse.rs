@@ -35,6 +35,13 @@ pub struct Report {
 }
 
 impl Report {
+    /// Notes the attempts made and sets the combo headers on `resp` (`terminal`: why it
+    /// ended, for failures).
+    pub fn answered(&mut self, resp: &mut Response<Body>, attempted: u32, terminal: Option<&str>) {
+        self.attempted = attempted;
+        self.apply(resp, terminal);
+    }
+
     /// Sets the combo headers on `resp` (`terminal`: why it ended, for failures).
     pub fn apply(&self, resp: &mut Response<Body>, terminal: Option<&str>) {
         let h = resp.headers_mut();
