@@ -9,6 +9,7 @@
 
 pub mod answer;
 pub mod collector;
+pub mod dialect;
 mod http_host;
 mod in_flight;
 pub mod net;

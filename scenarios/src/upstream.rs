@@ -1,5 +1,6 @@
 //! The scripted upstream: a hyper service that plays a [`Script`] per model.
 
+use crate::dialect::{Dialect, answer_events, answer_json, chat_view};
 use crate::net::Listener;
 use crate::script::{Behaviour, Script, SseEvent};
 use crate::sse_out::{Framing, UpBody, sse_pieces, sse_response};
@@ -124,8 +125,14 @@ impl ScriptedUpstream {
             .map_err(|e| io::Error::other(e.to_string()))?
             .to_bytes();
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-        let model = json.get("model").and_then(|m| m.as_str()).unwrap_or("").to_owned();
-        let stream = json.get("stream").and_then(|s| s.as_bool()).unwrap_or(false);
+        let (dialect, in_path) = Dialect::of(&path);
+        let (model, stream) = match in_path {
+            Some((m, s)) => (m, s),
+            None => (
+                json.get("model").and_then(|m| m.as_str()).unwrap_or("").to_owned(),
+                json.get("stream").and_then(|s| s.as_bool()).unwrap_or(false),
+            ),
+        };
         let slow = headers.get("anthropic-usage-limit").is_some_and(|v| v.eq_ignore_ascii_case("slow"));
         let route = if path.ends_with("/api/oauth/usage") {
             "@usage".to_owned()
@@ -149,7 +156,8 @@ impl ScriptedUpstream {
             .as_deref()
             .and_then(|a| a.strip_prefix("Bearer "))
             .map(str::to_owned)
-            .or_else(|| headers.get("x-api-key").cloned());
+            .or_else(|| headers.get("x-api-key").cloned())
+            .or_else(|| headers.get("x-goog-api-key").cloned());
         if let Ok(mut log) = self.log.lock() {
             if log.len() >= LOG_CAP {
                 log.remove(0);
@@ -177,9 +185,17 @@ impl ScriptedUpstream {
             return Ok(full(404, &BTreeMap::new(), msg));
         };
         let elapsed = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let anthropic = path.ends_with("/messages");
         let epoch = self.wall_start_ms.saturating_add(elapsed) / 1000;
-        play(script.pick(call, elapsed), &json, stream, anthropic, epoch).await
+        // Responses and Gemini requests are read as chat; the others as they are.
+        let view = match dialect {
+            Dialect::Openai | Dialect::Anthropic => None,
+            Dialect::Responses | Dialect::Gemini => {
+                let mut v = chat_view(&json, dialect);
+                v["model"] = model.into();
+                Some(v)
+            }
+        };
+        play(script.pick(call, elapsed), view.as_ref().unwrap_or(&json), stream, dialect, epoch).await
     }
 }
 
@@ -222,37 +238,6 @@ fn content_text(content: Option<&serde_json::Value>, sep: &str) -> String {
     }
 }
 
-fn echo_events(text: &str, model: &str, chunk_ms: u64, anthropic: bool) -> Vec<SseEvent> {
-    let words: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
-    if anthropic {
-        return SseEvent::anthropic_text_stream(model, &words, chunk_ms);
-    }
-    let named = serde_json::Value::from(model).to_string();
-    let mut events: Vec<SseEvent> = words.iter().map(|w| SseEvent::text(chunk_ms, w)).collect();
-    events.push(SseEvent::finish(0, "stop"));
-    for e in &mut events {
-        e.data = e.data.replace("\"scripted\"", &named);
-    }
-    events.push(SseEvent::usage(0));
-    events.push(SseEvent::done(0));
-    events
-}
-
-fn echo_json(text: &str, model: &str, anthropic: bool) -> String {
-    let words = text.split_whitespace().count();
-    if anthropic {
-        serde_json::json!({"id":"msg_echo","type":"message","role":"assistant","model":model,
-            "content":[{"type":"text","text":text}],"stop_reason":"end_turn",
-            "usage":{"input_tokens":words,"output_tokens":words}})
-        .to_string()
-    } else {
-        serde_json::json!({"id":"chatcmpl-echo","object":"chat.completion","created":0,"model":model,
-            "choices":[{"index":0,"message":{"role":"assistant","content":text},"finish_reason":"stop"}],
-            "usage":{"prompt_tokens":words,"completion_tokens":words,"total_tokens":words * 2}})
-        .to_string()
-    }
-}
-
 /// What a tool-calling echo does with a request.
 enum ToolTurn {
     /// Call this tool.
@@ -287,69 +272,18 @@ fn tool_turn(json: &serde_json::Value, anthropic: bool) -> ToolTurn {
     }
 }
 
-fn tool_call_json(name: &str, text: &str, model: &str, anthropic: bool) -> String {
-    let input = serde_json::json!({ "text": text });
-    if anthropic {
-        serde_json::json!({"id":"msg_tool","type":"message","role":"assistant","model":model,
-            "content":[{"type":"tool_use","id":"toolu_echo_1","name":name,"input":input}],"stop_reason":"tool_use",
-            "stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":5}})
-        .to_string()
-    } else {
-        serde_json::json!({"id":"chatcmpl-tool","object":"chat.completion","created":0,"model":model,
-            "choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_echo_1","type":"function",
-            "function":{"name":name,"arguments":input.to_string()}}]},"finish_reason":"tool_calls"}],
-            "usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}})
-        .to_string()
-    }
-}
-
-/// A streamed call of `name`, its arguments split in two deltas.
-fn tool_call_events(name: &str, text: &str, model: &str, chunk_ms: u64, anthropic: bool) -> Vec<SseEvent> {
-    let args = serde_json::json!({ "text": text }).to_string();
-    let mid = args.char_indices().nth(args.chars().count() / 2).map_or(0, |(i, _)| i);
-    let (a, b) = args.split_at(mid);
-    if anthropic {
-        let ev = |data: serde_json::Value| SseEvent::anthropic(chunk_ms, data);
-        let mut start = SseEvent::anthropic_start(model, "msg_tool");
-        start.after_ms = chunk_ms;
-        vec![
-            start,
-            ev(
-                serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_echo_1","name":name,"input":{}}}),
-            ),
-            ev(
-                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":a}}),
-            ),
-            ev(
-                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":b}}),
-            ),
-            ev(serde_json::json!({"type":"content_block_stop","index":0})),
-            ev(
-                serde_json::json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
-            ),
-            ev(serde_json::json!({"type":"message_stop"})),
-        ]
-    } else {
-        let chunk = |delta: serde_json::Value, finish: serde_json::Value| SseEvent {
-            after_ms: chunk_ms,
-            event: None,
-            data: serde_json::json!({"id":"chatcmpl-tool","object":"chat.completion.chunk","created":0,"model":model,
-                "choices":[{"index":0,"delta":delta,"finish_reason":finish}]})
-            .to_string(),
-            pad_to: None,
-        };
-        vec![
-            chunk(serde_json::json!({"role":"assistant","content":null}), serde_json::Value::Null),
-            chunk(
-                serde_json::json!({"tool_calls":[{"index":0,"id":"call_echo_1","type":"function","function":{"name":name,"arguments":""}}]}),
-                serde_json::Value::Null,
-            ),
-            chunk(serde_json::json!({"tool_calls":[{"index":0,"function":{"arguments":a}}]}), serde_json::Value::Null),
-            chunk(serde_json::json!({"tool_calls":[{"index":0,"function":{"arguments":b}}]}), serde_json::Value::Null),
-            chunk(serde_json::json!({}), serde_json::json!("tool_calls")),
-            SseEvent::usage(0),
-            SseEvent::done(0),
-        ]
+/// An answer of `text`, or a call of `call`, in `dialect`, whole or streamed.
+fn answer(
+    dialect: Dialect,
+    model: &str,
+    text: &str,
+    call: Option<&str>,
+    stream: bool,
+    chunk_ms: u64,
+) -> Response<UpBody> {
+    match stream {
+        true => sse_response(answer_events(dialect, model, text, call, chunk_ms), false),
+        false => full(200, &BTreeMap::new(), answer_json(dialect, model, text, call)),
     }
 }
 
@@ -385,19 +319,21 @@ fn play(
     b: Behaviour,
     json: &serde_json::Value,
     stream: bool,
-    anthropic: bool,
+    dialect: Dialect,
     epoch: u64,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response<UpBody>, io::Error>> + Send + '_>> {
-    Box::pin(play_one(b, json, stream, anthropic, epoch))
+    Box::pin(play_one(b, json, stream, dialect, epoch))
 }
 
+/// `json` is the request as chat reads it (see [`chat_view`]), its `model` the one it names.
 async fn play_one(
     b: Behaviour,
     json: &serde_json::Value,
     stream: bool,
-    anthropic: bool,
+    dialect: Dialect,
     epoch: u64,
 ) -> Result<Response<UpBody>, io::Error> {
+    let anthropic = dialect == Dialect::Anthropic;
     let sleep = |ms: u64| async move {
         if ms > 0 {
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -411,7 +347,7 @@ async fn play_one(
             Ok(full(status, &headers, with_epoch(&crate::script::padded(&body, pad_to), epoch)))
         }
         Behaviour::WithHeaders { headers, then } => {
-            let mut resp = play(*then, json, stream, anthropic, epoch).await?;
+            let mut resp = play(*then, json, stream, dialect, epoch).await?;
             let h = resp.headers_mut();
             for (k, v) in &headers {
                 if let (Ok(k), Ok(v)) =
@@ -424,12 +360,7 @@ async fn play_one(
         }
         Behaviour::Echo { latency_ms, chunk_ms } => {
             sleep(latency_ms).await;
-            let text = last_user_text(json);
-            if stream {
-                Ok(sse_response(echo_events(&text, &model, chunk_ms, anthropic), false))
-            } else {
-                Ok(full(200, &BTreeMap::new(), echo_json(&text, &model, anthropic)))
-            }
+            Ok(answer(dialect, &model, &last_user_text(json), None, stream, chunk_ms))
         }
         Behaviour::ToolEcho { latency_ms, chunk_ms } => {
             sleep(latency_ms).await;
@@ -438,14 +369,7 @@ async fn play_one(
                 ToolTurn::Result(r) => (format!("tool said: {r}"), None),
                 ToolTurn::Plain => (last_user_text(json), None),
             };
-            match (call, stream) {
-                (Some(name), true) => {
-                    Ok(sse_response(tool_call_events(&name, &text, &model, chunk_ms, anthropic), false))
-                }
-                (Some(name), false) => Ok(full(200, &BTreeMap::new(), tool_call_json(&name, &text, &model, anthropic))),
-                (None, true) => Ok(sse_response(echo_events(&text, &model, chunk_ms, anthropic), false)),
-                (None, false) => Ok(full(200, &BTreeMap::new(), echo_json(&text, &model, anthropic))),
-            }
+            Ok(answer(dialect, &model, &text, call.as_deref(), stream, chunk_ms))
         }
         Behaviour::Stream { latency_ms, events, reset_after, chunk_bytes, line_ending, bom } => {
             sleep(latency_ms).await;

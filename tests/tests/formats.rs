@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::answers::{read_chat, read_messages};
 use common::*;
 use proxy::Persistence;
 use scenarios::{Behaviour, Script, ScriptedUpstream, SseEvent};
@@ -44,96 +45,6 @@ fn messages_body(model: &str, stream: bool, tool_result: bool) -> Value {
     }
     json!({"model": model, "max_tokens": 100, "stream": stream, "messages": messages,
         "tools": [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}]})
-}
-
-/// (text, [(tool name, arguments JSON)]) of a chat answer, whole or streamed.
-fn read_chat(r: &Reply) -> (String, Vec<(String, Value)>) {
-    if r.header("content-type") == Some("text/event-stream") {
-        let mut text = String::new();
-        let mut calls: Vec<(String, String)> = Vec::new();
-        for d in sse_data(&r.body) {
-            let Ok(v) = serde_json::from_str::<Value>(&d) else { continue };
-            if let Some(t) = v.pointer("/choices/0/delta/content").and_then(Value::as_str) {
-                text.push_str(t);
-            }
-            for c in v.pointer("/choices/0/delta/tool_calls").and_then(Value::as_array).cloned().unwrap_or_default() {
-                if let Some(n) = c.pointer("/function/name").and_then(Value::as_str) {
-                    calls.push((n.to_owned(), String::new()));
-                }
-                if let (Some(a), Some(last)) =
-                    (c.pointer("/function/arguments").and_then(Value::as_str), calls.last_mut())
-                {
-                    last.1.push_str(a);
-                }
-            }
-        }
-        assert_eq!(sse_data(&r.body).last().map(String::as_str), Some("[DONE]"), "{}", r.body);
-        return (
-            text,
-            calls.into_iter().map(|(n, a)| (n, serde_json::from_str(&a).expect("arguments JSON"))).collect(),
-        );
-    }
-    let v = r.json();
-    let m = &v["choices"][0]["message"];
-    let calls = m["tool_calls"].as_array().cloned().unwrap_or_default();
-    let calls = calls
-        .iter()
-        .map(|c| {
-            let args = c["function"]["arguments"].as_str().expect("arguments string");
-            (
-                c["function"]["name"].as_str().unwrap_or("").to_owned(),
-                serde_json::from_str(args).expect("arguments JSON"),
-            )
-        })
-        .collect();
-    (m["content"].as_str().unwrap_or("").to_owned(), calls)
-}
-
-/// The same for a Messages answer.
-fn read_messages(r: &Reply) -> (String, Vec<(String, Value)>) {
-    if r.header("content-type") == Some("text/event-stream") {
-        let mut text = String::new();
-        let mut calls: Vec<(String, String)> = Vec::new();
-        let mut kinds = Vec::new();
-        for d in sse_data(&r.body) {
-            let v: Value = serde_json::from_str(&d).expect("event JSON");
-            kinds.push(v["type"].as_str().unwrap_or("").to_owned());
-            match v["type"].as_str() {
-                Some("content_block_start") if v["content_block"]["type"] == "tool_use" => {
-                    calls.push((v["content_block"]["name"].as_str().unwrap_or("").to_owned(), String::new()))
-                }
-                Some("content_block_delta") => {
-                    if let Some(t) = v.pointer("/delta/text").and_then(Value::as_str) {
-                        text.push_str(t);
-                    }
-                    if let (Some(a), Some(last)) =
-                        (v.pointer("/delta/partial_json").and_then(Value::as_str), calls.last_mut())
-                    {
-                        last.1.push_str(a);
-                    }
-                }
-                _ => {}
-            }
-        }
-        assert_eq!(kinds.first().map(String::as_str), Some("message_start"), "{}", r.body);
-        assert_eq!(kinds.last().map(String::as_str), Some("message_stop"), "{}", r.body);
-        return (
-            text,
-            calls.into_iter().map(|(n, a)| (n, serde_json::from_str(&a).expect("partial JSON joins"))).collect(),
-        );
-    }
-    let v = r.json();
-    assert_eq!(v["type"], "message", "{}", r.body);
-    let mut text = String::new();
-    let mut calls = Vec::new();
-    for b in v["content"].as_array().cloned().unwrap_or_default() {
-        match b["type"].as_str() {
-            Some("text") => text.push_str(b["text"].as_str().unwrap_or("")),
-            Some("tool_use") => calls.push((b["name"].as_str().unwrap_or("").to_owned(), b["input"].clone())),
-            _ => {}
-        }
-    }
-    (text, calls)
 }
 
 async fn post(gw: &Running, path: &str, body: &Value) -> Reply {

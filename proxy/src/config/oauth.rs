@@ -139,10 +139,7 @@ pub(super) fn validate(i: usize, o: &OAuthConfig, format: Option<Format>, has_ke
             ),
         )),
         Some(p) if format.is_some_and(|x| x != p.format) => {
-            let needs = match p.format {
-                Format::Openai => "openai",
-                Format::Anthropic => "anthropic",
-            };
+            let needs = p.format.name();
             errors.push(err(f("preset"), format!("the {} preset needs an {needs}-format provider", p.name)));
         }
         Some(_) => {}

@@ -16,6 +16,25 @@ pub enum Format {
     Openai,
     /// Anthropic Messages.
     Anthropic,
+    /// The OpenAI Responses API (`POST {base}/responses`).
+    Responses,
+    /// Google's Generative Language API (`{base}/models/{model}:generateContent`).
+    Gemini,
+}
+
+impl Format {
+    /// Every format, in config order.
+    pub const ALL: [Format; 4] = [Format::Openai, Format::Anthropic, Format::Responses, Format::Gemini];
+
+    /// Its name in the config, metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Openai => "openai",
+            Format::Anthropic => "anthropic",
+            Format::Responses => "responses",
+            Format::Gemini => "gemini",
+        }
+    }
 }
 
 /// `[[providers]]`.

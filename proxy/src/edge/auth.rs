@@ -8,6 +8,8 @@ use subtle::ConstantTimeEq;
 
 /// Anthropic's key header, which clients may authenticate with.
 pub(crate) static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+/// `x-goog-api-key`: a key for Google's Gemini API, ours from Gemini clients or a provider's.
+pub(crate) static X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
 /// The admin key header.
 static ADMIN_KEY: HeaderName = HeaderName::from_static("x-ferroute-admin-key");
 
@@ -68,6 +70,25 @@ pub fn client(config: &Config, headers: &HeaderMap, allow_x_api_key: bool) -> Re
     }
     let given = bearer(headers)
         .or_else(|| allow_x_api_key.then(|| headers.get(&X_API_KEY).and_then(|v| v.to_str().ok())).flatten());
+    check_key(config, given)
+}
+
+/// The Gemini API's clients: the key as `x-goog-api-key`, as `?key=` in the query (like
+/// Google's own API), or as a bearer token.
+pub fn gemini_client(config: &Config, headers: &HeaderMap, query: Option<&str>) -> Result<Client, ProxyError> {
+    if config.keys.is_empty() {
+        return Ok(Client::Loopback);
+    }
+    let from_query = query
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("key=")).map(crate::edge::gemini::percent_decoded));
+    let header = headers.get(&X_GOOG_API_KEY).and_then(|v| v.to_str().ok());
+    match header.or_else(|| bearer(headers)) {
+        Some(given) => check_key(config, Some(given)),
+        None => check_key(config, from_query.as_deref()),
+    }
+}
+
+fn check_key(config: &Config, given: Option<&str>) -> Result<Client, ProxyError> {
     let Some(given) = given else {
         return Err(ProxyError::new(
             Source::Downstream,

@@ -17,6 +17,10 @@ pub enum ErrorShape {
     OpenAi,
     /// `{"type":"error","error":{"type","message","code"}}`.
     Anthropic,
+    /// Google's `{"error":{"code","message","status","details"}}`: `code` is the HTTP status,
+    /// Ferroute's code is the `reason` of an `ErrorInfo` detail, and a retry time is also a
+    /// `RetryInfo` detail.
+    Google,
 }
 
 /// Where an error came from. Only upstream errors count against a breaker.
@@ -111,6 +115,24 @@ impl ProxyError {
         }
     }
 
+    /// The `google.rpc.Code` name for a status, as Google's APIs answer.
+    pub fn google_status(status: u16) -> &'static str {
+        match status {
+            400 | 413 | 422 => "INVALID_ARGUMENT",
+            401 => "UNAUTHENTICATED",
+            403 => "PERMISSION_DENIED",
+            404 => "NOT_FOUND",
+            405 => "UNIMPLEMENTED",
+            409 => "ABORTED",
+            429 => "RESOURCE_EXHAUSTED",
+            499 => "CANCELLED",
+            501 => "UNIMPLEMENTED",
+            503 => "UNAVAILABLE",
+            504 => "DEADLINE_EXCEEDED",
+            _ => "INTERNAL",
+        }
+    }
+
     /// The response, OpenAI-style.
     pub fn into_response(self) -> Response<Body> {
         self.into_response_as(ErrorShape::OpenAi)
@@ -123,7 +145,7 @@ impl ProxyError {
         let mut error = serde_json::Map::new();
         error.insert("message".into(), self.message.into());
         let kind = match shape {
-            ErrorShape::OpenAi => Self::error_type(self.status),
+            ErrorShape::OpenAi | ErrorShape::Google => Self::error_type(self.status),
             ErrorShape::Anthropic => Self::anthropic_error_type(self.status),
         };
         error.insert("type".into(), kind.into());
@@ -142,6 +164,7 @@ impl ProxyError {
         let body = match shape {
             ErrorShape::OpenAi => serde_json::json!({ "error": error }),
             ErrorShape::Anthropic => serde_json::json!({ "type": "error", "error": error }),
+            ErrorShape::Google => Self::google_body(self.status, error, secs),
         }
         .to_string();
         let mut resp = json_response(self.status, body);
@@ -154,6 +177,36 @@ impl ProxyError {
             }
         }
         resp
+    }
+}
+
+impl ProxyError {
+    /// Google's shape of an error whose OpenAI-style fields are `error`.
+    fn google_body(
+        status: u16,
+        mut error: serde_json::Map<String, serde_json::Value>,
+        secs: Option<u64>,
+    ) -> serde_json::Value {
+        let message = error.remove("message").unwrap_or_default();
+        let reason = error.remove("code").unwrap_or_default();
+        error.remove("type");
+        error.remove("retry_after");
+        let metadata: serde_json::Map<String, serde_json::Value> = error
+            .into_iter()
+            .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_owned).into()))
+            .collect();
+        let mut details = vec![serde_json::json!({
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": reason,
+            "domain": "ferroute",
+            "metadata": metadata,
+        })];
+        if let Some(s) = secs {
+            details.push(
+                serde_json::json!({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": format!("{s}s")}),
+            );
+        }
+        serde_json::json!({"error": {"code": status, "message": message, "status": Self::google_status(status), "details": details}})
     }
 }
 

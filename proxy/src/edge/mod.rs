@@ -9,5 +9,6 @@
 pub mod auth;
 pub mod body;
 pub mod errors;
+pub mod gemini;
 pub mod head;
 pub mod serve;

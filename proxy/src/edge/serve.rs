@@ -32,12 +32,19 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
     let gw = serving.current();
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
+    let google_client = req.headers().contains_key("x-goog-api-key")
+        || req.headers().contains_key("x-goog-api-client")
+        || req.uri().query().is_some_and(|q| q.split('&').any(|kv| kv.starts_with("key=")));
+    let gemini = crate::edge::gemini::call(&path, &method, google_client);
     let api = match path.as_str() {
         "/v1/chat/completions" => Some(ClientApi::Chat),
         "/v1/messages" => Some(ClientApi::Messages),
         "/v1/responses" => Some(ClientApi::Responses),
         _ => None,
     };
+    if let Some(call) = gemini {
+        return google(&gw, req, peer, call).await;
+    }
     let shape = api.map_or(ErrorShape::OpenAi, exchange::error_shape);
     if let Err(e) = auth::check_peer(&gw.config, peer) {
         return e.into_response_as(shape);
@@ -113,6 +120,37 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
         ("/api/resilience/model-cooldowns", _) => admin::method_not_allowed(&path, "GET, DELETE"),
         ("/api/monitoring/health", _) | ("/metrics", _) | ("/v1/models", _) => admin::method_not_allowed(&path, "GET"),
         _ => admin::not_found(&path),
+    }
+}
+
+/// A call of the Gemini API, answered with Google's error shape.
+async fn google<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Arc<Gateway<C>>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    call: crate::edge::gemini::Call,
+) -> Response<Body> {
+    use crate::edge::gemini::Call;
+    let shape = ErrorShape::Google;
+    if let Err(e) = auth::check_peer(&gw.config, peer) {
+        return e.into_response_as(shape);
+    }
+    let client = match auth::gemini_client(&gw.config, req.headers(), req.uri().query()) {
+        Ok(c) => c,
+        Err(e) => return e.into_response_as(shape),
+    };
+    match call {
+        Call::Generate { .. } => forward(Arc::clone(gw), req, client, ClientApi::Gemini).await,
+        Call::CountTokens { .. } => crate::ops::google::count_tokens(gw, req).await,
+        Call::List => crate::ops::google::list(gw),
+        Call::Get { model } => crate::ops::google::get(gw, &model),
+        Call::Unknown { method } => crate::edge::errors::ProxyError::new(
+            crate::edge::errors::Source::Downstream,
+            404,
+            "unknown_method",
+            format!("Ferroute serves generateContent, streamGenerateContent and countTokens, not {method:?}"),
+        )
+        .into_response_as(shape),
     }
 }
 

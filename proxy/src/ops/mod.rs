@@ -11,6 +11,7 @@ pub mod admin;
 pub mod dashboard;
 pub mod demo;
 pub mod events;
+pub mod google;
 pub mod overrides;
 pub mod overview;
 pub mod reload;

@@ -6,7 +6,7 @@
 //! request needs it, as before: a 500 naming the provider.
 
 use crate::config::{Config, Format};
-use crate::edge::auth::X_API_KEY;
+use crate::edge::auth::{X_API_KEY, X_GOOG_API_KEY};
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use http::uri::Uri;
 
@@ -29,6 +29,9 @@ pub fn path(format: Format) -> &'static str {
     match format {
         Format::Openai => "/chat/completions",
         Format::Anthropic => "/messages",
+        Format::Responses => "/responses",
+        // The model and method follow: `/models/{model}:generateContent`.
+        Format::Gemini => "/models",
     }
 }
 
@@ -49,8 +52,11 @@ impl Endpoints {
                 let Some(key) = c.api_key.as_deref() else { return Ok(None) };
                 let format = config.providers.iter().find(|p| p.id == c.provider).map(|p| p.format);
                 let (name, value) = match format {
-                    Some(Format::Openai) => (AUTHORIZATION, HeaderValue::try_from(format!("Bearer {key}"))),
+                    Some(Format::Openai | Format::Responses) => {
+                        (AUTHORIZATION, HeaderValue::try_from(format!("Bearer {key}")))
+                    }
                     Some(Format::Anthropic) => (X_API_KEY.clone(), HeaderValue::try_from(key)),
+                    Some(Format::Gemini) => (X_GOOG_API_KEY.clone(), HeaderValue::try_from(key)),
                     None => return Err(format!("connection {} names no configured provider", c.id)),
                 };
                 let mut value = value.map_err(|e| format!("the key of connection {} cannot be sent: {e}", c.id))?;
@@ -79,7 +85,20 @@ impl Endpoints {
     }
 
     /// The URI of provider `provider`'s endpoint, with the client's query string if it is kept.
-    pub fn uri(&self, provider: usize, format: Format, query: Option<&str>) -> Result<Uri, String> {
+    /// A Gemini provider's names the model and whether it streams.
+    pub fn uri(
+        &self,
+        provider: usize,
+        format: Format,
+        query: Option<&str>,
+        model: &str,
+        stream: bool,
+    ) -> Result<Uri, String> {
+        if format == Format::Gemini {
+            let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+            return Uri::try_from(format!("{}/models/{model}:{method}", self.bases[provider]))
+                .map_err(|e| format!("model {model:?} cannot be put in a URL: {e}"));
+        }
         match query {
             None => self.uris[provider].clone(),
             Some(q) => {
@@ -136,9 +155,9 @@ mod tests {
             "#,
         );
         let e = Endpoints::new(&config);
-        assert_eq!(e.uri(0, Format::Openai, None).expect("uri"), "http://127.0.0.1:9/v1/chat/completions");
+        assert_eq!(e.uri(0, Format::Openai, None, "m", false).expect("uri"), "http://127.0.0.1:9/v1/chat/completions");
         assert_eq!(
-            e.uri(1, Format::Anthropic, Some("beta=true")).expect("uri"),
+            e.uri(1, Format::Anthropic, Some("beta=true"), "m", false).expect("uri"),
             "http://127.0.0.1:9/v1/messages?beta=true"
         );
         let (name, value) = e.credential(0).expect("valid").expect("a key");

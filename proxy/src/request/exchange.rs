@@ -4,11 +4,14 @@
 use crate::config::Format;
 use crate::edge::errors::ErrorShape;
 use crate::edge::head::{Head, JsonBody};
+use crate::translate::chat_responses::ResponsesToChat;
 use crate::translate::responses_stream::ChatToResponses;
 use crate::translate::stream::{Chain, Translate};
 use crate::translate::stream_chat::MessagesToChat;
+use crate::translate::stream_gemini::{ChatToGemini, GeminiToChat};
 use crate::translate::stream_messages::ChatToMessages;
 use crate::translate::{Cause, ClientApi, Translated, Untranslatable, chat_messages, messages_chat, passthrough};
+use crate::translate::{chat_gemini, chat_responses, gemini_chat};
 use crate::translate::{responses, responses::ResponseBuilder};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -17,11 +20,22 @@ use serde_json::Value;
 /// The Anthropic API version sent when the client names none.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
-/// The wire format behind a client API (the Responses API is served over chat).
+/// The wire format of an inbound body: chat for every client API but Anthropic's Messages
+/// (a Responses or Gemini request is turned into chat when it arrives).
 pub fn wire(api: ClientApi) -> Format {
     match api {
-        ClientApi::Chat | ClientApi::Responses => Format::Openai,
+        ClientApi::Chat | ClientApi::Responses | ClientApi::Gemini => Format::Openai,
         ClientApi::Messages => Format::Anthropic,
+    }
+}
+
+/// The provider format that speaks a client API as it is: requests to it pass through.
+pub fn native(api: ClientApi) -> Format {
+    match api {
+        ClientApi::Chat => Format::Openai,
+        ClientApi::Messages => Format::Anthropic,
+        ClientApi::Responses => Format::Responses,
+        ClientApi::Gemini => Format::Gemini,
     }
 }
 
@@ -31,15 +45,13 @@ pub fn api_name(api: ClientApi) -> &'static str {
         ClientApi::Chat => "chat",
         ClientApi::Messages => "messages",
         ClientApi::Responses => "responses",
+        ClientApi::Gemini => "gemini",
     }
 }
 
 /// A provider format's name in metrics and logs.
 pub fn format_name(format: Format) -> &'static str {
-    match format {
-        Format::Openai => "openai",
-        Format::Anthropic => "anthropic",
-    }
+    format.name()
 }
 
 /// The error shape a client API expects.
@@ -47,6 +59,7 @@ pub fn error_shape(api: ClientApi) -> ErrorShape {
     match api {
         ClientApi::Messages => ErrorShape::Anthropic,
         ClientApi::Chat | ClientApi::Responses => ErrorShape::OpenAi,
+        ClientApi::Gemini => ErrorShape::Google,
     }
 }
 
@@ -97,6 +110,11 @@ pub struct Inbound {
     pub body: JsonBody,
     /// The client's own bytes, when `body` is what it sent.
     pub raw: Option<Bytes>,
+    /// The client's own bytes when `body` is their chat translation (Responses, Gemini): sent
+    /// as they are to a provider of the client's own format.
+    pub native: Option<Bytes>,
+    /// The model a Gemini client named in the URL (its body names none).
+    pub url_model: Option<String>,
     /// Whether the client asked for a stream.
     pub stream: bool,
     /// Whether a chat client asked for a usage chunk.
@@ -126,6 +144,8 @@ impl Inbound {
             api,
             body: JsonBody::lazy(raw.clone()),
             raw: Some(raw),
+            native: None,
+            url_model: None,
             stream: head.stream.as_ref().and_then(Value::as_bool).unwrap_or(false),
             include_usage: head.include_usage,
             tools: head.tools,
@@ -139,8 +159,15 @@ impl Inbound {
         }
     }
 
-    /// A Responses request: translated to chat now; `id` names the response.
-    pub fn responses(body: &Value, headers: ApiHeaders, id: &str, created: u64) -> Result<Self, Untranslatable> {
+    /// A Responses request: translated to chat now; `id` names the response; `raw` is what
+    /// the client sent.
+    pub fn responses(
+        body: &Value,
+        raw: Bytes,
+        headers: ApiHeaders,
+        id: &str,
+        created: u64,
+    ) -> Result<Self, Untranslatable> {
         let Translated { body: chat, dropped } = responses::request(body)?;
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
         Ok(Inbound {
@@ -148,11 +175,45 @@ impl Inbound {
             tools: chat.get("tools").and_then(Value::as_array).map_or(0, Vec::len),
             body: JsonBody::parsed(chat),
             raw: None,
+            native: Some(raw),
+            url_model: None,
             stream,
             include_usage: true,
             headers,
             query: None,
             responses: Some(ResponseBuilder::new(id, created, body)),
+            dropped,
+            created,
+            session: None,
+            session_ttl: std::time::Duration::ZERO,
+        })
+    }
+}
+
+impl Inbound {
+    /// A Gemini request for `model` (from the URL): translated to chat now; `stream` is the
+    /// method called.
+    pub fn gemini(
+        body: &Value,
+        raw: Bytes,
+        model: &str,
+        stream: bool,
+        headers: ApiHeaders,
+        created: u64,
+    ) -> Result<Self, Untranslatable> {
+        let Translated { body: chat, dropped } = gemini_chat::request(body, model, stream)?;
+        Ok(Inbound {
+            api: ClientApi::Gemini,
+            tools: chat.get("tools").and_then(Value::as_array).map_or(0, Vec::len),
+            body: JsonBody::parsed(chat),
+            raw: None,
+            native: Some(raw),
+            url_model: Some(model.to_owned()),
+            stream,
+            include_usage: true,
+            headers,
+            query: None,
+            responses: None,
             dropped,
             created,
             session: None,
@@ -175,11 +236,22 @@ pub struct Prepared {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// The query string to send.
     pub query: Option<String>,
+    /// The format it is in.
+    pub format: Format,
+    /// Whether it asks for a stream (a Gemini provider's URL says so, not its body).
+    pub stream: bool,
 }
 
 impl Prepared {
     /// The body for one target's model.
     pub fn body_for(&mut self, model: &str) -> Result<Vec<u8>, serde_json::Error> {
+        if self.format == Format::Gemini {
+            // The model is in the URL.
+            return match &self.raw {
+                Some(raw) => Ok(raw.to_vec()),
+                None => serde_json::to_vec(&self.body),
+            };
+        }
         // `raw` is the client's bytes (same format), or a body written straight to bytes;
         // should its model not be found where expected, it is parsed and set the slow way.
         if let Some(raw) = &self.raw {
@@ -200,23 +272,34 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
     let mut dropped = inb.dropped.clone();
     let mut headers = Vec::new();
     let same = wire(inb.api) == format;
+    let native = native(inb.api) == format;
     // Read only when the request is translated, or its bytes are not the body (multicall).
     let body = || inb.body.try_get().map_err(|e| Untranslatable::invalid("body", e));
-    let (body, raw) = if same {
+    let (body, raw) = if native && inb.native.is_some() {
+        // A Responses or Gemini client to a provider of its own format: its own bytes.
+        (Value::Null, inb.native.clone())
+    } else if same {
         match &inb.raw {
             Some(raw) => (Value::Null, Some(raw.clone())),
             None => (body()?.clone(), None),
         }
-    } else if let Some(bytes) = if format == Format::Anthropic && inb.api == ClientApi::Chat {
+    } else if let Some(bytes) = if format == Format::Anthropic && wire(inb.api) == Format::Openai {
         chat_messages::plain_request(body()?)
     } else {
         None
     } {
         (Value::Null, Some(Bytes::from(bytes)))
     } else {
-        let t = match format {
-            Format::Anthropic => chat_messages::request(body()?)?,
-            Format::Openai => messages_chat::request(body()?)?,
+        let t = match (wire(inb.api), format) {
+            (_, Format::Anthropic) => chat_messages::request(body()?)?,
+            (_, Format::Openai) => messages_chat::request(body()?)?,
+            (Format::Openai, target) => from_chat(body()?, target)?,
+            (_, target) => {
+                // Messages → chat → the target.
+                let chat = messages_chat::request(body()?)?;
+                dropped.extend(chat.dropped);
+                from_chat(&chat.body, target)?
+            }
         };
         dropped.extend(t.dropped);
         (t.body, None)
@@ -232,17 +315,17 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
         (Format::Anthropic, _) => {
             headers.push((ANTHROPIC_VERSION_HEADER.clone(), HeaderValue::from_static(ANTHROPIC_VERSION)))
         }
-        (Format::Openai, ClientApi::Messages) => {
+        (_, ClientApi::Messages) => {
             if let Some(b) = inb.headers.anthropic_beta.as_ref().and_then(|b| b.to_str().ok()) {
                 dropped.extend(messages_chat::betas(b)?);
             }
         }
-        (Format::Openai, ClientApi::Chat) => {
+        (Format::Openai, ClientApi::Chat) | (Format::Responses, ClientApi::Responses) => {
             if let Some(b) = &inb.headers.openai_beta {
                 headers.push((OPENAI_BETA.clone(), b.clone()));
             }
         }
-        (Format::Openai, ClientApi::Responses) => {}
+        _ => {}
     }
     let mut seen = Vec::new();
     dropped.retain(|d| {
@@ -250,38 +333,76 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
         seen.push(d.clone());
         fresh
     });
-    let query = if same { inb.query.clone() } else { None };
-    Ok(Prepared { body, raw, dropped, headers, query })
+    let query = if native { inb.query.clone() } else { None };
+    Ok(Prepared { body, raw, dropped, headers, query, format, stream: inb.stream })
+}
+
+/// A chat request in a format that is reached through chat (Responses, Gemini).
+fn from_chat(chat: &Value, format: Format) -> Result<Translated, Untranslatable> {
+    match format {
+        Format::Gemini => chat_gemini::request(chat),
+        Format::Responses => chat_responses::request(chat),
+        Format::Anthropic => chat_messages::request(chat),
+        Format::Openai => Ok(Translated { body: chat.clone(), dropped: Vec::new() }),
+    }
 }
 
 /// A whole (non-streamed) upstream answer in the client's API; `Err` when the provider's body
 /// is not the JSON its format promises.
 pub fn answer(inb: &Inbound, format: Format, body: Bytes) -> Result<Bytes, String> {
-    let bad = |e: serde_json::Error| format!("the answer is not a {format:?}-format answer: {e}").to_lowercase();
-    let in_wire = match (format, wire(inb.api)) {
-        (Format::Anthropic, Format::Openai) => Bytes::from(chat_messages::response(&body, inb.created).map_err(bad)?),
-        (Format::Openai, Format::Anthropic) => Bytes::from(messages_chat::response(&body).map_err(bad)?),
-        _ => body,
-    };
-    let Some(builder) = &inb.responses else { return Ok(in_wire) };
-    let chat: Value = serde_json::from_slice(&in_wire).map_err(bad)?;
-    if !chat.is_object() {
-        return Err("the answer is not a JSON object".into());
+    if native(inb.api) == format {
+        return Ok(body);
     }
-    Ok(Bytes::from(builder.clone().from_chat(&chat).to_string()))
+    let bad = |e: serde_json::Error| format!("the answer is not a {}-format answer: {e}", format.name());
+    let model = inb.url_model.as_deref().unwrap_or("");
+    let chat = match format {
+        Format::Openai => body,
+        Format::Anthropic => Bytes::from(chat_messages::response(&body, inb.created).map_err(bad)?),
+        Format::Responses => Bytes::from(chat_responses::response(&body, inb.created).map_err(bad)?),
+        Format::Gemini => Bytes::from(chat_gemini::response(&body, inb.created, model).map_err(bad)?),
+    };
+    let bad = |e: serde_json::Error| format!("the answer is not a chat completion: {e}");
+    let parsed = || -> Result<Value, String> {
+        let v: Value = serde_json::from_slice(&chat).map_err(bad)?;
+        if !v.is_object() {
+            return Err("the answer is not a JSON object".into());
+        }
+        Ok(v)
+    };
+    match inb.api {
+        ClientApi::Chat => Ok(chat),
+        ClientApi::Messages => Ok(Bytes::from(messages_chat::response(&chat).map_err(bad)?)),
+        ClientApi::Responses => match &inb.responses {
+            Some(builder) => Ok(Bytes::from(builder.clone().from_chat(&parsed()?).to_string())),
+            None => Ok(chat),
+        },
+        ClientApi::Gemini => Ok(Bytes::from(gemini_chat::response(&parsed()?, model).to_string())),
+    }
 }
 
-/// The stream translator from a provider's events to the client's, if the formats differ.
+/// The stream translator from a provider's events to the client's, if the formats differ: the
+/// provider's events to chat chunks, then chat chunks to the client's events.
 pub fn translator(inb: &Inbound, format: Format) -> Option<Box<dyn Translate>> {
-    match (format, inb.api, inb.responses.clone()) {
-        (Format::Openai, ClientApi::Chat, _) | (Format::Anthropic, ClientApi::Messages, _) => None,
-        (Format::Anthropic, ClientApi::Chat, _) => Some(Box::new(MessagesToChat::new(inb.created, inb.include_usage))),
-        (Format::Openai, ClientApi::Messages, _) => Some(Box::new(ChatToMessages::new())),
-        (Format::Openai, ClientApi::Responses, Some(b)) => Some(Box::new(ChatToResponses::new(b))),
-        (Format::Anthropic, ClientApi::Responses, Some(b)) => {
-            Some(Box::new(Chain::new(MessagesToChat::new(inb.created, true), ChatToResponses::new(b))))
-        }
-        (_, ClientApi::Responses, None) => None,
+    if native(inb.api) == format {
+        return None;
+    }
+    let model = inb.url_model.as_deref().unwrap_or("");
+    let usage = inb.api != ClientApi::Chat || inb.include_usage;
+    let to_chat: Option<Box<dyn Translate>> = match format {
+        Format::Openai => None,
+        Format::Anthropic => Some(Box::new(MessagesToChat::new(inb.created, usage))),
+        Format::Responses => Some(Box::new(ResponsesToChat::new(inb.created, usage))),
+        Format::Gemini => Some(Box::new(GeminiToChat::new(inb.created, usage, model))),
+    };
+    let from_chat: Option<Box<dyn Translate>> = match inb.api {
+        ClientApi::Chat => None,
+        ClientApi::Messages => Some(Box::new(ChatToMessages::new())),
+        ClientApi::Responses => inb.responses.clone().map(|b| Box::new(ChatToResponses::new(b)) as Box<dyn Translate>),
+        ClientApi::Gemini => Some(Box::new(ChatToGemini::new(model))),
+    };
+    match (to_chat, from_chat) {
+        (Some(a), Some(b)) => Some(Box::new(Chain::new(a, b))),
+        (a, b) => a.or(b),
     }
 }
 

@@ -20,7 +20,8 @@ use hyper_util::client::legacy::connect::Connect;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// `POST /v1/chat/completions`, `POST /v1/messages` and `POST /v1/responses`.
+/// `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses` and the Gemini
+/// API's `generateContent` and `streamGenerateContent`.
 pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
     gw: Arc<Gateway<C>>,
     req: Request<Incoming>,
@@ -29,7 +30,12 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
 ) -> Response<Body> {
     let shape = exchange::error_shape(api);
     let headers = ApiHeaders::from(req.headers());
-    let query = req.uri().query().map(str::to_owned);
+    // A Gemini client's query names its stream mode and maybe its key: never forwarded.
+    let query = req.uri().query().filter(|_| api != ClientApi::Gemini).map(str::to_owned);
+    let gemini = match api {
+        ClientApi::Gemini => crate::edge::gemini::call(req.uri().path(), req.method(), true),
+        _ => None,
+    };
     let session_headers = match SessionHeaders::read(req.headers(), &gw) {
         Ok(h) => h,
         Err(e) => return e.into_response_as(shape),
@@ -50,7 +56,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Ok(v) => v,
         Err(e) => return e.into_response_as(shape),
     };
-    let (inbound, model, warning) = match inbound(&gw, api, raw, headers) {
+    let (inbound, model, warning) = match inbound(&gw, api, raw, headers, gemini) {
         Ok((i, m, w)) => {
             let session = session_headers.key(&i);
             (Inbound { query, session, session_ttl: session_headers.ttl, ..i }, m, w)
@@ -133,7 +139,17 @@ fn inbound<C: Connect + Clone + Send + Sync + 'static>(
     api: ClientApi,
     raw: Bytes,
     headers: ApiHeaders,
+    gemini: Option<crate::edge::gemini::Call>,
 ) -> Result<(Inbound, String, Option<String>), ProxyError> {
+    if let Some(crate::edge::gemini::Call::Generate { model, stream }) = gemini {
+        let json = json_object(&raw)?;
+        if !json.get("contents").is_some_and(serde_json::Value::is_array) {
+            return Err(ProxyError::bad_request("missing_contents", "missing required field `contents` (an array)"));
+        }
+        let created = gw.clock.wall_now_ms() / 1000;
+        let inbound = Inbound::gemini(&json, raw, &model, stream, headers, created).map_err(untranslatable)?;
+        return Ok((inbound, model, None));
+    }
     let (head, json) = if api == ClientApi::Responses {
         let json = json_object(&raw)?;
         (Head::of(&json), Some(json))
@@ -177,6 +193,6 @@ fn inbound<C: Connect + Clone + Send + Sync + 'static>(
     let warning = head
         .background
         .then(|| "background responses are served synchronously; the answer is in this response".to_owned());
-    let inbound = Inbound::responses(&json, headers, &gw.next_id(), created).map_err(untranslatable)?;
+    let inbound = Inbound::responses(&json, raw, headers, &gw.next_id(), created).map_err(untranslatable)?;
     Ok((inbound, model, warning))
 }

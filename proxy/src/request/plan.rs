@@ -14,13 +14,15 @@ use hyper_util::client::legacy::connect::Connect;
 use serde_json::Value;
 
 /// Prepared requests by provider format.
-pub type Preps = [Option<Prepared>; 2];
+pub type Preps = [Option<Prepared>; 4];
 
 /// The slot of a format in [`Preps`].
 pub fn slot(format: Format) -> usize {
     match format {
         Format::Openai => 0,
         Format::Anthropic => 1,
+        Format::Responses => 2,
+        Format::Gemini => 3,
     }
 }
 
@@ -126,10 +128,10 @@ pub fn prepare_all<C: Connect + Clone + Send + Sync + 'static>(
     plan: Plan,
     inbound: &Inbound,
 ) -> Result<(Plan, Preps), ProxyError> {
-    let mut preps: Preps = [None, None];
+    let mut preps: Preps = [None, None, None, None];
     let mut refused: Option<Untranslatable> = None;
     // The formats the targets speak, in one pass (a target's connections share its provider).
-    let mut used = [false; 2];
+    let mut used = [false; 4];
     let mut last_provider = usize::MAX;
     for t in &plan.targets {
         if t.provider != last_provider {
@@ -137,7 +139,7 @@ pub fn prepare_all<C: Connect + Clone + Send + Sync + 'static>(
             used[slot(gw.parts(t).0.format)] = true;
         }
     }
-    for format in [Format::Openai, Format::Anthropic] {
+    for format in Format::ALL {
         if !used[slot(format)] {
             continue;
         }

@@ -10,7 +10,6 @@ use crate::request::resolve::Target;
 use crate::request::stream::{Finalizer, Relay, relay};
 use crate::state::gateway::queues::Slot;
 use crate::state::gateway::{Gateway, seconds_since};
-use crate::translate::ClientApi;
 use bytes::Bytes;
 use ferroute_core::admission::{FailMode, QueueLimits};
 use ferroute_core::classify::Decision;
@@ -75,7 +74,8 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
             format!("could not build the upstream request for {}: {e}", provider.id),
         )
     };
-    let uri = gw.endpoints.uri(t.provider, provider.format, prep.query.as_deref()).map_err(|e| unsendable(&e))?;
+    let (query, stream) = (prep.query.as_deref(), prep.stream);
+    let uri = gw.endpoints.uri(t.provider, provider.format, query, &t.model, stream).map_err(|e| unsendable(&e))?;
     let credential = gw.endpoints.credential(t.connection).map_err(unsendable)?;
     let mut req = Request::new(Full::new(Bytes::from(body)));
     *req.method_mut() = http::Method::POST;
@@ -181,7 +181,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         attempt.record(AttemptOutcome::Neutral);
         return Step::Excluded;
     }
-    if inbound.api == ClientApi::Responses || exchange::wire(inbound.api) != provider.format {
+    if exchange::native(inbound.api) != provider.format {
         gw.metrics.translation(exchange::api_name(inbound.api), exchange::format_name(provider.format));
     }
     let start_timeout = provider.start_timeout_ms.map(Duration::from_millis);
@@ -365,7 +365,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         gw.count_answer(status.as_u16(), &provider.id);
         let mut out = Response::new(full(bytes));
         *out.status_mut() = parts.status;
-        let same = exchange::wire(inbound.api) == provider.format && inbound.responses.is_none();
+        let same = exchange::native(inbound.api) == provider.format;
         match parts.headers.get(http::header::CONTENT_TYPE) {
             Some(ct) if same => {
                 out.headers_mut().insert(http::header::CONTENT_TYPE, ct.clone());

@@ -1,5 +1,6 @@
 //! Translation between the client APIs Ferroute serves and the wire formats providers speak:
-//! OpenAI Chat Completions, Anthropic Messages and the OpenAI Responses API. Pure functions
+//! OpenAI Chat Completions, Anthropic Messages, the OpenAI Responses API and Google's Gemini
+//! API, with chat as the common middle. Pure functions
 //! and synchronous stream machines over `serde_json` values; no I/O, no clock (the caller
 //! passes `created` times), so the production gateway and the simulation run the same code.
 //!
@@ -8,13 +9,17 @@
 //! beta) is dropped and named in [`Translated::dropped`], which the gateway reports in the
 //! `x-ferroute-translation-dropped` response header. Nothing is dropped silently.
 
+pub mod chat_gemini;
 pub mod chat_messages;
+pub mod chat_responses;
+pub mod gemini_chat;
 pub mod messages_chat;
 pub mod passthrough;
 pub mod responses;
 pub mod responses_stream;
 pub mod stream;
 pub mod stream_chat;
+pub mod stream_gemini;
 pub mod stream_messages;
 pub mod wire;
 
@@ -34,6 +39,8 @@ pub enum ClientApi {
     Messages,
     /// `POST /v1/responses`.
     Responses,
+    /// `POST /v1beta/models/{model}:generateContent` (and `:streamGenerateContent`).
+    Gemini,
 }
 
 /// Why a request cannot go to a provider format.

@@ -23,6 +23,20 @@ pub trait Translate: Send + Sync {
     fn error(&mut self, code: &str, message: &str, out: &mut Vec<Event>);
 }
 
+impl Translate for Box<dyn Translate> {
+    fn push(&mut self, name: Option<&str>, data: &str, out: &mut Vec<Event>) {
+        (**self).push(name, data, out);
+    }
+
+    fn finish(&mut self, out: &mut Vec<Event>) {
+        (**self).finish(out);
+    }
+
+    fn error(&mut self, code: &str, message: &str, out: &mut Vec<Event>) {
+        (**self).error(code, message, out);
+    }
+}
+
 /// Serialises events as SSE.
 pub fn write(events: &[Event], buf: &mut Vec<u8>) {
     buf.reserve(events.iter().map(|(n, d)| d.len() + n.as_ref().map_or(0, String::len) + 16).sum());
@@ -98,12 +112,25 @@ pub fn messages_error(code: &str, message: &str) -> Event {
     named("error", &json!({"type": "error", "error": {"type": "api_error", "message": message, "code": code}}))
 }
 
-/// The error event ending a stream of `api` that is passed through untranslated (a
-/// Responses stream is always translated, and its translator says `response.failed`).
+/// A mid-stream error as a Gemini client reads it: an `error` object, as the API sends.
+pub fn gemini_error(code: &str, message: &str) -> Event {
+    (
+        None,
+        json!({"error": {"code": 500, "message": message, "status": "INTERNAL", "details": [{"reason": code}]}})
+            .to_string(),
+    )
+}
+
+/// The error event ending a stream of `api` that is passed through untranslated.
 pub fn error_event(api: ClientApi, code: &str, message: &str) -> Event {
     match api {
         ClientApi::Messages => messages_error(code, message),
-        ClientApi::Chat | ClientApi::Responses => chat_error(code, message),
+        ClientApi::Chat => chat_error(code, message),
+        // The Responses API's own `error` event.
+        ClientApi::Responses => {
+            named("error", &json!({"type": "error", "code": code, "message": message, "param": null}))
+        }
+        ClientApi::Gemini => gemini_error(code, message),
     }
 }
 

@@ -2,6 +2,8 @@
 //! HTTP client.
 #![allow(dead_code)]
 
+pub mod answers;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

@@ -1,0 +1,71 @@
+//! The Gemini API's model list in Google's shape, and `countTokens` answered by estimate.
+
+use crate::edge::body::{json_object, read_body};
+use crate::edge::errors::{Body, ErrorShape, json_response};
+use crate::state::gateway::Gateway;
+use crate::translate::gemini_chat::estimate_tokens;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::Connect;
+use std::time::Duration;
+
+/// A model as Google lists it.
+fn model_json(id: &str, description: &str) -> serde_json::Value {
+    serde_json::json!({
+        "name": format!("models/{id}"),
+        "version": "ferroute",
+        "displayName": id,
+        "description": description,
+        "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"],
+    })
+}
+
+/// Every model Ferroute serves: `provider/model` and combos.
+fn models<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for p in &gw.config.providers {
+        for m in &p.models {
+            out.push(model_json(&format!("{}/{m}", p.id), &format!("{m} at {}", p.id)));
+        }
+    }
+    for c in &gw.config.combos {
+        out.push(model_json(&c.name, "a Ferroute combo"));
+    }
+    out
+}
+
+/// `GET /v1beta/models`.
+pub fn list<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>) -> Response<Body> {
+    json_response(200, serde_json::json!({ "models": models(gw) }).to_string())
+}
+
+/// `GET /v1beta/models/{model}`.
+pub fn get<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, model: &str) -> Response<Body> {
+    match models(gw).into_iter().find(|m| m["name"].as_str().and_then(|n| n.strip_prefix("models/")) == Some(model)) {
+        Some(m) => json_response(200, m.to_string()),
+        None => crate::edge::errors::ProxyError::new(
+            crate::edge::errors::Source::Downstream,
+            404,
+            "model_not_found",
+            format!("model {model:?} is not served here"),
+        )
+        .into_response_as(ErrorShape::Google),
+    }
+}
+
+/// `POST …:countTokens`: an estimate (about four characters a token) of the request given as
+/// `contents` or as `generateContentRequest`.
+pub async fn count_tokens<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let limit = Duration::from_millis(gw.config.server.body_read_timeout_ms);
+    let raw = match read_body(req, gw.config.server.max_body_bytes, limit).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response_as(ErrorShape::Google),
+    };
+    match json_object(&raw) {
+        Ok(v) => json_response(200, serde_json::json!({ "totalTokens": estimate_tokens(&v) }).to_string()),
+        Err(e) => e.into_response_as(ErrorShape::Google),
+    }
+}
