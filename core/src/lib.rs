@@ -12,6 +12,7 @@
 
 pub mod admission;
 pub mod breaker;
+pub mod calendar;
 pub mod classify;
 pub mod connection;
 pub mod engine;

@@ -236,7 +236,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let demo_addr = if config.demo {
         let addr = proxy::ops::demo::start().await.context("cannot start the demo provider")?;
-        tracing::info!(upstream = %addr, "no provider configured: serving the built-in demo providers (demo/echo, demo/tools, demo/flaky; demo-claude/echo and demo-claude/tools speak the Anthropic format)");
+        tracing::info!(upstream = %addr, "no provider configured: serving the built-in demo providers (demo/echo, demo/tools, demo/flaky; demo-claude, demo-gemini and demo-responses serve echo and tools in the Anthropic, Gemini and Responses formats)");
         Some(addr)
     } else {
         None

@@ -10,9 +10,15 @@ pub fn sse_data(body: &str) -> Vec<String> {
     out
 }
 
-/// `error.code` of a JSON error body, or of the last SSE event carrying one.
+/// `error.code` of a JSON error body, or of the last SSE event carrying one (in Google's shape,
+/// where `code` is the HTTP status, the `reason` of its first detail).
 pub fn error_code(body: &str) -> Option<String> {
-    let code = |v: &serde_json::Value| v.pointer("/error/code").and_then(|c| c.as_str()).map(str::to_owned);
+    let code = |v: &serde_json::Value| {
+        v.pointer("/error/code")
+            .and_then(|c| c.as_str())
+            .or_else(|| v.pointer("/error/details/0/reason").and_then(|c| c.as_str()))
+            .map(str::to_owned)
+    };
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
         return code(&v);
     }
@@ -40,6 +46,15 @@ pub fn stream_done_as(body: &str, anthropic: bool) -> bool {
     }
 }
 
+/// Whether a Gemini client's SSE body finished: every event a `GenerateContentResponse`, the
+/// last one with a `finishReason`, none an error.
+pub fn stream_done_gemini(body: &str) -> bool {
+    let events: Vec<serde_json::Value> = sse_data(body).iter().filter_map(|d| serde_json::from_str(d).ok()).collect();
+    !events.is_empty()
+        && events.iter().all(|v| v.get("candidates").is_some() && v.get("error").is_none())
+        && events.last().and_then(|v| v.pointer("/candidates/0/finishReason")).is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,5 +72,11 @@ mod tests {
         assert!(stream_done_as(ant, true) && !stream_done_as(ant, false));
         let chat = "data: {\"choices\":[]}\n\ndata: [DONE]\n\n";
         assert!(stream_done_as(chat, false) && !stream_done_as(chat, true));
+        let google = r#"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"reason":"rate_limited"}]}}"#;
+        assert_eq!(error_code(google).as_deref(), Some("rate_limited"));
+        let gemini =
+            "data: {\"candidates\":[{\"content\":{}}]}\n\ndata: {\"candidates\":[{\"finishReason\":\"STOP\"}]}\n\n";
+        assert!(stream_done_gemini(gemini) && !stream_done_gemini(chat));
+        assert!(!stream_done_gemini("data: {\"candidates\":[{\"content\":{}}]}\n\n"), "no finish");
     }
 }

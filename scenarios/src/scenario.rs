@@ -103,6 +103,10 @@ pub struct Workload {
     /// `/v1/messages` instead of chat completions.
     #[serde(default)]
     pub anthropic: bool,
+    /// Gemini's `generateContent` (`streamGenerateContent?alt=sse` when streaming) instead of
+    /// chat completions, the key in `x-goog-api-key`.
+    #[serde(default)]
+    pub gemini: bool,
     /// Extra request headers.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,

@@ -16,6 +16,7 @@ impl Workload {
             model: model.to_owned(),
             stream: false,
             anthropic: false,
+            gemini: false,
             headers: BTreeMap::new(),
             prompt: None,
             pad_bytes: 0,

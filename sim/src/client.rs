@@ -21,9 +21,11 @@ pub(crate) async fn request(
     give_up: Option<Duration>,
 ) -> Outcome {
     let path = match &w.path {
-        Some(p) => p.as_str(),
-        None if w.anthropic => "/v1/messages",
-        None => "/v1/chat/completions",
+        Some(p) => p.clone(),
+        None if w.gemini && w.stream => format!("/v1beta/models/{}:streamGenerateContent?alt=sse", w.model),
+        None if w.gemini => format!("/v1beta/models/{}:generateContent", w.model),
+        None if w.anthropic => "/v1/messages".to_owned(),
+        None => "/v1/chat/completions".to_owned(),
     };
     let mut text = match &w.prompt {
         Some(p) => p.replace("{seq}", &seq.to_string()).replace("{client}", &client),
@@ -35,24 +37,35 @@ pub(crate) async fn request(
     if w.anthropic {
         body["max_tokens"] = 64.into();
     }
+    if w.gemini {
+        body = serde_json::json!({"contents": [{"role": "user", "parts": [{"text": text}]}]});
+    }
     if w.tools > 0 {
         let tools: Vec<serde_json::Value> = (0..w.tools)
             .map(|i| {
                 let name = format!("tool_{i}");
-                if w.anthropic {
+                if w.gemini {
+                    serde_json::json!({"name": name, "parameters": {"type": "OBJECT"}})
+                } else if w.anthropic {
                     serde_json::json!({"name": name, "input_schema": {"type": "object"}})
                 } else {
                     serde_json::json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}})
                 }
             })
             .collect();
-        body["tools"] = tools.into();
+        body["tools"] = match w.gemini {
+            true => serde_json::json!([{ "functionDeclarations": tools }]),
+            false => tools.into(),
+        };
     }
     let mut b = http::Request::builder()
         .method(w.method.as_http())
         .uri(format!("http://{}:{GATEWAY_PORT}{path}", w.gateway.as_deref().unwrap_or("gateway")))
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {SIM_CLIENT_KEY}"));
+        .header("content-type", "application/json");
+    b = match w.gemini {
+        true => b.header("x-goog-api-key", SIM_CLIENT_KEY),
+        false => b.header("authorization", format!("Bearer {SIM_CLIENT_KEY}")),
+    };
     for (k, v) in &w.headers {
         // `{seq}` in a header value is the request's number (an owner id per request).
         b = b.header(k.as_str(), v.replace("{seq}", &format!("{seq:0>3}")));
@@ -144,7 +157,7 @@ async fn read(
     match body.collect().await {
         Ok(c) => {
             let text = String::from_utf8_lossy(&c.to_bytes()).into_owned();
-            read_body(&text, w.anthropic, out);
+            read_body(&text, w, out);
             out.body = text
                 .chars()
                 .scan(0, |n, ch| {
@@ -162,7 +175,10 @@ async fn read(
 /// The most of an answer's body an outcome keeps.
 const KEPT_BODY: usize = 64 * 1024;
 
-fn read_body(text: &str, anthropic: bool, out: &mut Outcome) {
+fn read_body(text: &str, w: &Workload, out: &mut Outcome) {
     out.code = scenarios::answer::error_code(text);
-    out.done = scenarios::answer::stream_done_as(text, anthropic);
+    out.done = match w.gemini {
+        true => scenarios::answer::stream_done_gemini(text),
+        false => scenarios::answer::stream_done_as(text, w.anthropic),
+    };
 }

@@ -1,10 +1,11 @@
-"""The official OpenAI and Anthropic Python SDKs against a running Ferroute.
+"""The official OpenAI, Anthropic and Google Gen AI Python SDKs against a running Ferroute.
 
-Every client API (chat completions, messages, responses) x every provider format
-(oai/* speaks OpenAI chat, ant/* speaks Anthropic messages), streamed and not, each
-running a whole tool loop: the model calls get_weather, the client sends the result,
-the model answers with it. Then errors, as each SDK raises them, and a combo falling
-back across formats. Usage: clients.py BASE_URL; exits non-zero on any failure.
+Every client API (chat completions, messages, responses, Gemini's generateContent) x every
+provider format (oai/* speaks OpenAI chat, ant/* Anthropic messages, rsp/* the Responses
+API, gem/* Gemini), streamed and not, each running a whole tool loop: the model calls
+get_weather, the client sends the result, the model answers with it. Then errors, as each
+SDK raises them, the Gemini API's model list and token count, and a combo falling back
+across formats. Usage: clients.py BASE_URL; exits non-zero on any failure.
 """
 import json
 import sys
@@ -12,16 +13,27 @@ import traceback
 
 import anthropic
 import openai
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
 
 BASE = sys.argv[1]
 oai = openai.OpenAI(base_url=BASE + "/v1", api_key="sk-local", max_retries=0)
 ant = anthropic.Anthropic(base_url=BASE, api_key="sk-local", max_retries=0)
+# The SDK's default API version is v1: it calls {BASE}/v1/models/{model}:generateContent.
+gem = genai.Client(api_key="sk-local", http_options=types.HttpOptions(
+    base_url=BASE, retry_options=types.HttpRetryOptions(attempts=1)))
 
 CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"text": {"type": "string"}}}}}]
 ANT_TOOLS = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}]
 RESP_TOOLS = [{"type": "function", "name": "get_weather", "parameters": {
     "type": "object", "properties": {"text": {"type": "string"}}}}]
+GEM_CONFIG = types.GenerateContentConfig(
+    tools=[types.Tool(function_declarations=[types.FunctionDeclaration(
+        name="get_weather", parameters_json_schema={"type": "object", "properties": {"text": {"type": "string"}}})])],
+    automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+    temperature=0.5, max_output_tokens=256)
 QUESTION = "weather in Paris"
 
 
@@ -120,6 +132,56 @@ def check_responses(model, stream):
     assert r.status == "completed" and r.usage.total_tokens > 0, r
 
 
+def gemini_turn(model, contents, stream):
+    chunks = ([gem.models.generate_content(model=model, contents=contents, config=GEM_CONFIG)] if not stream
+              else list(gem.models.generate_content_stream(model=model, contents=contents, config=GEM_CONFIG)))
+    text, calls, finish, usage = "", [], None, None
+    for c in chunks:
+        cand = c.candidates[0]
+        for p in (cand.content.parts if cand.content and cand.content.parts else []):
+            if p.function_call:
+                calls.append((p.function_call.name, dict(p.function_call.args or {})))
+            elif p.text and not p.thought:
+                text += p.text
+        finish = cand.finish_reason or finish
+        usage = c.usage_metadata or usage
+    assert usage is not None and usage.total_token_count is not None, chunks[-1]
+    return text, calls, finish
+
+
+def check_gemini(model, stream):
+    contents = [types.Content(role="user", parts=[types.Part(text=QUESTION)])]
+    text, calls, finish = gemini_turn(model, contents, stream)
+    assert calls == [("get_weather", {"text": QUESTION})], (text, calls)
+    assert finish == types.FinishReason.STOP, finish
+    contents.append(types.Content(role="model", parts=[types.Part(function_call=types.FunctionCall(
+        name="get_weather", args={"text": QUESTION}))]))
+    contents.append(types.Content(role="user", parts=[types.Part.from_function_response(
+        name="get_weather", response={"result": "sunny"})]))
+    text, calls, finish = gemini_turn(model, contents, stream)
+    assert (text, calls) == ("tool said: sunny", []), (text, calls)
+
+
+def check_gemini_api(model, _stream):
+    names = [m.name for m in gem.models.list()]
+    assert "models/gem/tools" in names and "models/mixed" in names, names
+    n = gem.models.count_tokens(model=model, contents="twelve chars")
+    assert n.total_tokens == 3, n
+    # A 429 reaches the SDK as its ClientError, in Google's shape.
+    try:
+        gem.models.generate_content(model="gem-lim/limited", contents="x")
+        raise AssertionError("no error")
+    except genai_errors.ClientError as e:
+        assert (e.code, e.status) == (429, "RESOURCE_EXHAUSTED"), (e.code, e.status, e.details)
+    # What cannot be translated is a 400 naming it.
+    try:
+        gem.models.generate_content(model="oai/tools", contents="x", config=types.GenerateContentConfig(
+            tools=[types.Tool(google_search=types.GoogleSearch())]))
+        raise AssertionError("no error")
+    except genai_errors.ClientError as e:
+        assert e.code == 400 and "googleSearch" in (e.message or ""), (e.code, e.message)
+
+
 def check_errors(model, _stream):
     # A 429 from either format reaches each SDK as its RateLimitError, Retry-After kept.
     try:
@@ -145,11 +207,13 @@ def check_combo(_model, stream):
     check_chat("mixed", stream)
     check_messages("mixed-back", stream)
     check_responses("mixed", stream)
+    check_gemini("mixed-back", stream)
 
 
-CASES = [(f.__name__, f, m, s) for f in (check_chat, check_messages, check_responses)
-         for m in ("oai/tools", "ant/tools") for s in (False, True)]
+CASES = [(f.__name__, f, m, s) for f in (check_chat, check_messages, check_responses, check_gemini)
+         for m in ("oai/tools", "ant/tools", "rsp/tools", "gem/tools") for s in (False, True)]
 CASES += [("check_errors", check_errors, m, False) for m in ("oai-lim/limited", "ant-lim/limited")]
+CASES += [("check_gemini_api", check_gemini_api, "gem/tools", False)]
 CASES += [("check_combo", check_combo, "", s) for s in (False, True)]
 
 passed = failed = 0

@@ -1,4 +1,5 @@
-//! The official OpenAI and Anthropic Python SDKs against the gateway (`tests/sdk/clients.py`):
+//! The official OpenAI, Anthropic and Google Gen AI Python SDKs against the gateway
+//! (`tests/sdk/clients.py`):
 //! every client API to every provider format, streamed and not, with tools, errors and
 //! cross-format combos. The SDKs live in a virtualenv that `.ci/run` creates with
 //! `tests/sdk/setup.sh`; outside CI the test creates it the same way. In CI a missing
@@ -33,6 +34,37 @@ models = ["limited"]
 id = "ant-lim-1"
 provider = "ant-lim"
 api_key = "sk-ant"
+[[providers]]
+id = "gem-lim"
+format = "gemini"
+base_url = "{UP}"
+models = ["limited"]
+[[connections]]
+id = "gem-lim-1"
+provider = "gem-lim"
+api_key = "sk-gem"
+"#;
+
+/// The two formats `TWO_FORMATS` lacks: the Responses API and Gemini.
+const NEW_FORMATS: &str = r#"
+[[providers]]
+id = "rsp"
+format = "responses"
+base_url = "{UP}"
+models = ["tools"]
+[[connections]]
+id = "rsp-1"
+provider = "rsp"
+api_key = "sk-rsp"
+[[providers]]
+id = "gem"
+format = "gemini"
+base_url = "{UP}"
+models = ["tools"]
+[[connections]]
+id = "gem-1"
+provider = "gem"
+api_key = "sk-gem"
 "#;
 
 fn sdk_dir() -> PathBuf {
@@ -45,7 +77,9 @@ fn python() -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("sdk-venv"));
     let python = venv.join("bin").join("python");
-    let ready = || Command::new(&python).args(["-c", "import openai, anthropic"]).status().is_ok_and(|s| s.success());
+    let ready = || {
+        Command::new(&python).args(["-c", "import openai, anthropic, google.genai"]).status().is_ok_and(|s| s.success())
+    };
     if ready() {
         return Some(python);
     }
@@ -82,7 +116,7 @@ async fn the_official_python_sdks_work_for_every_client_and_provider_pairing() {
             .route("limited", Script::always(limited)),
     )
     .await;
-    let gw = start(config(&format!("{TWO_FORMATS}{LIMITED}"), &up), Persistence::Memory).await;
+    let gw = start(config(&format!("{TWO_FORMATS}{NEW_FORMATS}{LIMITED}"), &up), Persistence::Memory).await;
     let base = format!("http://{}", gw.addr);
     let script = sdk_dir().join("clients.py");
     let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(base).output())
@@ -93,5 +127,5 @@ async fn the_official_python_sdks_work_for_every_client_and_provider_pairing() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
     assert!(out.status.success(), "SDK checks failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("sdk: 16 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("sdk: 37 passed, 0 failed"), "{stdout}");
 }

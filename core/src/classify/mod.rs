@@ -7,6 +7,7 @@
 //! the breaker.
 
 mod decision;
+pub mod google;
 mod scanner;
 #[cfg(test)]
 mod tests;
@@ -207,6 +208,41 @@ impl Cx<'_> {
         d
     }
 
+    /// A Google rule's decision: model-scoped locks for quotas and denied models (a Gemini key's
+    /// quotas are per model), provider-level for an overloaded service, terminal for a bad key.
+    fn google(&self, r: &google::GoogleRule) -> Decision {
+        let model_lock = |mut d: Decision, cooldown: Option<Duration>| {
+            d.connection = ConnectionEffect::None;
+            d.rule_scope = Some(Scope::Model);
+            d.lock = LockSuggestion { scope: Some(Scope::Model), cooldown, upstream_reset: cooldown.is_some() };
+            d
+        };
+        let mut d = match r.effect {
+            google::Effect::DailyQuota => {
+                let wait = self
+                    .input
+                    .until_daily_reset
+                    .or_else(|| self.input.wall_now_ms.map(crate::hint::until_midnight_utc))
+                    .unwrap_or(Duration::from_secs(86_400))
+                    .min(Duration::from_secs(86_400));
+                let mut d = model_lock(self.base(r.reason, true, ConnectionEffect::None), Some(wait));
+                d.client_retry_after = Some(wait);
+                d
+            }
+            google::Effect::RateLimit => {
+                let hint = self.hint.map(|h| h.wait);
+                let mut d = model_lock(self.base(r.reason, true, ConnectionEffect::None), hint);
+                d.client_retry_after = hint;
+                d
+            }
+            google::Effect::ProviderLevel => self.retryable(r.reason),
+            google::Effect::InvalidKey => self.terminal(r.reason, TerminalState::Expired),
+            google::Effect::ModelDenied => model_lock(self.base(r.reason, true, ConnectionEffect::None), None),
+        };
+        d.rule_id = Some(r.id.to_owned());
+        d
+    }
+
     /// BEHAVIOUR.md §3.5, steps 1–8, with the parts Ferroute has no use for left out.
     fn ordered(&mut self) -> Decision {
         let status = self.status;
@@ -223,6 +259,12 @@ impl Cx<'_> {
             && let Some(m) = rules::find_operator_rule(self.input.provider, status, self.lower.get(), self.operator)
         {
             return self.rule_decision(m);
+        }
+        // Google's structured errors, for the providers that send them.
+        if google::applies(self.input.provider)
+            && let Some(r) = google::find(status, self.input.body, self.lower.get())
+        {
+            return self.google(r);
         }
         if !self.input.body.is_empty()
             && let Some(d) = self.text_rules()

@@ -265,3 +265,95 @@ fn a_429_that_ends_a_connection_still_carries_the_upstreams_hint() {
     assert!(matches!(d.connection, ConnectionEffect::Terminal(_)), "{:?}", d.connection);
     assert_eq!(d.client_retry_after, Some(S(2)));
 }
+
+/// A Gemini 429 as the API sends it (pretty-printed), per minute or per day.
+fn gemini_429(quota_id: &str, delay: &str) -> String {
+    format!(
+        r#"{{
+  "error": {{
+    "code": 429,
+    "message": "You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.",
+    "status": "RESOURCE_EXHAUSTED",
+    "details": [
+      {{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{{"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests", "quotaId": "{quota_id}", "quotaDimensions": {{"location": "global", "model": "gemini-2.5-flash"}}, "quotaValue": "10"}}]}},
+      {{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "{delay}"}}
+    ]
+  }}
+}}"#
+    )
+}
+
+fn gemini(status: u16, body: &str, until_daily_reset: Option<Duration>) -> Decision {
+    classify(
+        &ErrorInput {
+            provider: "gemini",
+            class: ProviderClass::ApiKey,
+            status,
+            headers: &[],
+            body,
+            backoff_level: 0,
+            wall_now_ms: Some(1_780_000_000_000),
+            until_daily_reset,
+        },
+        &api(),
+        &[],
+    )
+}
+
+#[test]
+fn a_gemini_per_minute_429_locks_the_model_for_its_retry_delay_not_the_key_for_good() {
+    let body = gemini_429("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", "17s");
+    let d = gemini(429, &body, None);
+    assert_eq!(d.rule_id.as_deref(), Some("gemini-rate-limit"));
+    assert_eq!(d.reason, Reason::RateLimitExceeded);
+    assert_eq!(d.connection, ConnectionEffect::None, "the key serves its other models");
+    assert_eq!((d.lock.scope, d.lock.cooldown), (Some(Scope::Model), Some(S(17))));
+    assert_eq!(d.client_retry_after, Some(S(17)));
+    assert!(d.should_fallback && !d.trips_breaker);
+    // The same words from an OpenAI-format provider still mean an account out of credits.
+    let d = run("openai", ProviderClass::ApiKey, 429, &[], &body, 0);
+    assert_eq!(d.connection, ConnectionEffect::Terminal(TerminalState::CreditsExhausted));
+}
+
+#[test]
+fn a_gemini_per_day_429_locks_the_model_until_the_providers_midnight() {
+    let body = gemini_429("GenerateRequestsPerDayPerProjectPerModel-FreeTier", "40s");
+    let d = gemini(429, &body, Some(S(5 * 3600)));
+    assert_eq!(d.rule_id.as_deref(), Some("gemini-per-day-quota"));
+    assert_eq!(d.reason, Reason::QuotaExhausted);
+    assert_eq!(d.connection, ConnectionEffect::None);
+    assert_eq!((d.lock.scope, d.lock.cooldown), (Some(Scope::Model), Some(S(5 * 3600))));
+    assert_eq!(d.client_retry_after, Some(S(5 * 3600)), "the daily reset, not the 40 s retry delay");
+    // Without the shell's calendar: midnight UTC.
+    let d = gemini(429, &body, None);
+    assert_eq!(d.lock.cooldown, Some(crate::hint::until_midnight_utc(1_780_000_000_000)));
+}
+
+#[test]
+fn gemini_overload_is_provider_level_and_bad_keys_are_auth() {
+    let d = gemini(
+        503,
+        r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#,
+        None,
+    );
+    assert_eq!(d.rule_id.as_deref(), Some("gemini-unavailable"));
+    assert!(d.trips_breaker && d.connection == ConnectionEffect::None);
+    let bad_key = r#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}"#;
+    let d = gemini(400, bad_key, None);
+    assert_eq!(d.rule_id.as_deref(), Some("gemini-api-key-invalid"));
+    assert_eq!((d.reason, d.connection), (Reason::AuthError, ConnectionEffect::Terminal(TerminalState::Expired)));
+    // Any other INVALID_ARGUMENT is the request's fault: no rule, no fallback.
+    let d = gemini(
+        400,
+        r#"{"error":{"code":400,"message":"Invalid JSON payload received.","status":"INVALID_ARGUMENT"}}"#,
+        None,
+    );
+    assert_eq!((d.rule_id, d.should_fallback), (None, false));
+    let d = gemini(
+        403,
+        r#"{"error":{"code":403,"message":"Permission denied on resource project.","status":"PERMISSION_DENIED"}}"#,
+        None,
+    );
+    assert_eq!(d.rule_id.as_deref(), Some("gemini-permission-denied"));
+    assert_eq!((d.reason, d.lock.scope, d.connection), (Reason::AuthError, Some(Scope::Model), ConnectionEffect::None));
+}

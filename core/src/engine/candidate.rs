@@ -2,6 +2,7 @@
 //! connection, with the traits strategies read) and the route (strategy, key, request traits,
 //! session).
 
+use crate::calendar::DailyReset;
 use crate::strategy::{Ask, Strategy};
 use crate::types::ProviderClass;
 use std::time::Duration;
@@ -31,7 +32,8 @@ impl<'a> Candidate<'a> {
 }
 
 /// What routing knows of a candidate beyond its identity: the combo target it belongs to and
-/// that target's declared traits, and the provider's way of choosing among its connections.
+/// that target's declared traits, the provider's way of choosing among its connections and
+/// where its day ends.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Traits {
     /// Position of the combo target it came from; candidates of one target are that target's
@@ -49,6 +51,8 @@ pub struct Traits {
     pub connection_weight: u32,
     /// The connection's `max_concurrent` (M7 quota-share gate), if any.
     pub max_concurrent: Option<u32>,
+    /// Where the provider's day ends, for daily quotas.
+    pub daily_reset: DailyReset,
 }
 
 impl Default for Traits {
@@ -61,6 +65,7 @@ impl Default for Traits {
             connection_strategy: Strategy::Priority,
             connection_weight: 1,
             max_concurrent: None,
+            daily_reset: DailyReset::Utc,
         }
     }
 }

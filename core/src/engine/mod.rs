@@ -361,7 +361,7 @@ impl Engine {
                     body,
                     backoff_level: level,
                     wall_now_ms,
-                    until_daily_reset: None,
+                    until_daily_reset: wall_now_ms.map(|w| c.traits.daily_reset.until_midnight(w)),
                 };
                 let d = classify(&input, self.derived.profile(c.class), &self.settings.error_rules);
                 self.apply(now, c, ticket, &d, body, same_provider_next, disable_cooling);

@@ -13,6 +13,10 @@ pub const PROVIDER: &str = "demo";
 pub const FLAKY_PROVIDER: &str = "demo-flaky";
 /// The same echo behind an Anthropic-format provider (requests are translated).
 pub const CLAUDE_PROVIDER: &str = "demo-claude";
+/// The same echo behind a Gemini-format provider.
+pub const GEMINI_PROVIDER: &str = "demo-gemini";
+/// The same echo behind a Responses-format provider.
+pub const RESPONSES_PROVIDER: &str = "demo-responses";
 /// The combo clients ask for as `demo/flaky`.
 pub const FLAKY_COMBO: &str = "demo/flaky";
 /// Placeholder base URL, replaced with the demo upstream's address at start.
@@ -32,6 +36,7 @@ pub(super) fn parts() -> (Vec<ProviderConfig>, Vec<ConnectionConfig>, RawCombo) 
         connection_strategy: None,
         egress_ip_lock: false,
         quota_families: BTreeMap::new(),
+        daily_quota_reset: None,
     };
     let connection = |id: &str, provider: &str| ConnectionConfig {
         id: id.into(),
@@ -49,11 +54,15 @@ pub(super) fn parts() -> (Vec<ProviderConfig>, Vec<ConnectionConfig>, RawCombo) 
         provider(PROVIDER, Format::Openai, &["echo", "tools"]),
         provider(FLAKY_PROVIDER, Format::Openai, &["flaky"]),
         provider(CLAUDE_PROVIDER, Format::Anthropic, &["echo", "tools"]),
+        provider(GEMINI_PROVIDER, Format::Gemini, &["echo", "tools"]),
+        provider(RESPONSES_PROVIDER, Format::Responses, &["echo", "tools"]),
     ];
     let connections = vec![
         connection("demo-1", PROVIDER),
         connection("demo-flaky-1", FLAKY_PROVIDER),
         connection("demo-claude-1", CLAUDE_PROVIDER),
+        connection("demo-gemini-1", GEMINI_PROVIDER),
+        connection("demo-responses-1", RESPONSES_PROVIDER),
     ];
     let combo = RawCombo {
         name: FLAKY_COMBO.into(),

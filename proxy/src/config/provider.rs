@@ -2,6 +2,7 @@
 //! resilience read per provider, and their validation.
 
 use super::error::err;
+use ferroute_core::calendar::DailyReset;
 use ferroute_core::settings::FieldError;
 use ferroute_core::strategy::Strategy;
 use ferroute_core::types::ProviderClass;
@@ -74,6 +75,11 @@ pub struct ProviderConfig {
     /// model of its family on that connection. A model in no family is its own.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub quota_families: BTreeMap<String, Vec<String>>,
+    /// Where the provider's daily quotas reset, at midnight: `UTC`, `America/Los_Angeles` or
+    /// `UTC±HH:MM`. Defaults to `America/Los_Angeles` for the `gemini` format (Google resets
+    /// Gemini's daily quotas at midnight Pacific), `UTC` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_quota_reset: Option<String>,
 }
 
 fn default_format() -> Format {
@@ -90,9 +96,23 @@ impl ProviderConfig {
         self.connection_strategy.as_deref().and_then(Strategy::parse).unwrap_or_default()
     }
 
-    /// The rule profile.
+    /// The rule profile: the declared one, else `gemini` for a Gemini-format provider (whose
+    /// errors are Google's), else the id.
     pub fn profile(&self) -> &str {
-        self.profile.as_deref().unwrap_or(&self.id)
+        match (&self.profile, self.format) {
+            (Some(p), _) => p,
+            (None, Format::Gemini) => "gemini",
+            (None, _) => &self.id,
+        }
+    }
+
+    /// Where the provider's day ends (validation rejects what does not parse).
+    pub fn daily_reset(&self) -> DailyReset {
+        match (self.daily_quota_reset.as_deref().and_then(DailyReset::parse), self.format) {
+            (Some(z), _) => z,
+            (None, Format::Gemini) => DailyReset::UsPacific,
+            (None, _) => DailyReset::Utc,
+        }
     }
 
     /// The quota family `model` belongs to, if one names it (model names compare without
@@ -132,6 +152,12 @@ pub(super) fn validate(providers: &[ProviderConfig], errors: &mut Vec<FieldError
                     ),
                 )),
             }
+        }
+        if let Some(z) = p.daily_quota_reset.as_deref().filter(|z| DailyReset::parse(z).is_none()) {
+            errors.push(err(
+                f("daily_quota_reset"),
+                format!("{z:?} is not a zone Ferroute knows: UTC, America/Los_Angeles or UTC±HH:MM"),
+            ));
         }
         if p.start_timeout_ms == Some(0) {
             errors.push(err(f("start_timeout_ms"), "must be positive when set"));

@@ -44,6 +44,8 @@ fn embedded_default_serves_the_demo() {
     // One demo provider per wire format, so every client API reaches both offline.
     assert_eq!(c.provider(demo::PROVIDER).map(|p| p.format), Some(Format::Openai));
     assert_eq!(c.provider(demo::CLAUDE_PROVIDER).map(|p| p.format), Some(Format::Anthropic));
+    assert_eq!(c.provider(demo::GEMINI_PROVIDER).map(|p| p.format), Some(Format::Gemini));
+    assert_eq!(c.provider(demo::RESPONSES_PROVIDER).map(|p| p.format), Some(Format::Responses));
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! The built-in demo provider: the scripted upstream on loopback, so that a chat completion
 //! works offline at once. `demo/echo` echoes; `demo/tools` calls the first tool a request
 //! declares and then echoes its result; `demo/flaky` fails for the first 20 s of every minute,
-//! so its breaker visibly opens and recovers. `demo-claude/echo` and `demo-claude/tools` are
-//! the same behind an Anthropic-format provider, so every client API reaches both formats.
+//! so its breaker visibly opens and recovers. `demo-claude/…`, `demo-gemini/…` and
+//! `demo-responses/…` (`echo` and `tools`) are the same behind Anthropic-, Gemini- and
+//! Responses-format providers, so every client API reaches every format.
 
 use scenarios::{Behaviour, Mode, Script, ScriptedUpstream, Window, serve_upstream};
 use std::net::SocketAddr;

@@ -477,23 +477,3 @@ pub fn response(chat: &Value, model: &str) -> Value {
     }
     out
 }
-
-/// A whole-request token estimate for `countTokens` when no Gemini provider answers it: about
-/// four characters a token over every text and argument, as Google's own rule of thumb.
-pub fn estimate_tokens(body: &Value) -> u64 {
-    fn chars(v: &Value) -> usize {
-        match v {
-            Value::String(s) => s.chars().count(),
-            Value::Array(a) => a.iter().map(chars).sum(),
-            Value::Object(m) => m.values().map(chars).sum(),
-            _ => 0,
-        }
-    }
-    let request = body.get("generateContentRequest").unwrap_or(body);
-    let n = ["contents", "systemInstruction", "system_instruction", "tools"]
-        .iter()
-        .filter_map(|k| request.get(*k))
-        .map(chars)
-        .sum::<usize>();
-    (n as u64).div_ceil(4)
-}

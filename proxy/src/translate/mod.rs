@@ -24,6 +24,8 @@ pub mod stream_messages;
 pub mod wire;
 
 #[cfg(test)]
+mod gemini_tests;
+#[cfg(test)]
 mod properties;
 #[cfg(test)]
 mod tests;

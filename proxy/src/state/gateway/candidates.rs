@@ -34,6 +34,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                 connection_strategy: self.connection_strategies[t.provider],
                 connection_weight: c.weight.unwrap_or(1),
                 max_concurrent: c.max_concurrent.filter(|_| self.config.resilience.quota_share.enabled),
+                daily_reset: self.daily_resets[t.provider],
             },
         }
     }

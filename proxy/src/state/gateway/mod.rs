@@ -129,6 +129,8 @@ pub struct Gateway<C> {
     /// Upstream endpoints and credentials, prepared once per config.
     pub endpoints: Endpoints,
     connection_strategies: Vec<Strategy>,
+    /// Each provider's daily reset zone, by index.
+    daily_resets: Vec<ferroute_core::calendar::DailyReset>,
     /// M16: whether the emergency target is switched on (operators flip it at runtime).
     pub emergency: Arc<std::sync::atomic::AtomicBool>,
     /// M13: the egress IP last observed per connection id.
@@ -177,6 +179,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             accounts: Arc::new(Accounts::new(sealer)),
             endpoints: Endpoints::new(&config),
             connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
+            daily_resets: config.providers.iter().map(|p| p.daily_reset()).collect(),
             emergency: Arc::new(emergency),
             egress: Arc::default(),
             config,
@@ -210,6 +213,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             accounts: Arc::clone(&self.accounts),
             endpoints: Endpoints::new(&config),
             connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
+            daily_resets: config.providers.iter().map(|p| p.daily_reset()).collect(),
             emergency: Arc::clone(&self.emergency),
             egress: Arc::clone(&self.egress),
             config,
