@@ -152,7 +152,7 @@ fn contains_ignore_ascii_case(hay: &str, needle: &str) -> bool {
 }
 
 /// Types one SSE event (its `event:` name, if any, and its `data:` payload) for the watchdog.
-/// Understands Chat Completions, Responses API and Anthropic Messages events. The payload is
+/// Understands Chat Completions, Responses API, Anthropic Messages and Gemini events. The payload is
 /// read in one pass for the few fields that matter (see `watchdog/view.rs`), not built into a
 /// `serde_json::Value`.
 pub fn classify_sse(event_name: Option<&str>, data: &str) -> StreamEvent {
@@ -180,13 +180,14 @@ pub fn classify_sse(event_name: Option<&str>, data: &str) -> StreamEvent {
     {
         return if block_type.contains("tool") { StreamEvent::ToolCall } else { StreamEvent::Reasoning };
     }
-    // Chat Completions.
-    if let Some(choices) = v.choices {
+    // Chat Completions, and Gemini's candidates read the same way.
+    let usage = if v.choices.is_some() { v.usage } else { v.usage_metadata };
+    if let Some(choices) = v.choices.or(v.candidates) {
         return match choices.special {
             Some(true) => StreamEvent::ToolCall,
             Some(false) => StreamEvent::Reasoning,
             None if choices.bytes > 0 => StreamEvent::Text(choices.bytes),
-            None if v.usage == Some(true) => StreamEvent::Usage,
+            None if usage == Some(true) => StreamEvent::Usage,
             None => StreamEvent::Empty,
         };
     }

@@ -262,6 +262,131 @@ impl<'de> Node<'de> for ChoiceList {
     }
 }
 
+/// `true` only for the JSON `true`.
+struct IsTrue(bool);
+
+impl<'de> Deserialize<'de> for IsTrue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = IsTrue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<IsTrue, E> {
+                Ok(IsTrue(b))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<IsTrue, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(IsTrue(false))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<IsTrue, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(IsTrue(false))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<IsTrue, E> {
+                Ok(IsTrue(false))
+            }
+            fn visit_unit<E>(self) -> Result<IsTrue, E> {
+                Ok(IsTrue(false))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<IsTrue, E> {
+                Ok(IsTrue(false))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<IsTrue, E> {
+                Ok(IsTrue(false))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<IsTrue, E> {
+                Ok(IsTrue(false))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One part of a Gemini candidate's content: its text's length, whether it is a thought, and
+/// whether it calls a function.
+#[derive(Default)]
+struct Part {
+    text: Option<usize>,
+    thought: bool,
+    call: bool,
+}
+
+impl<'de> Node<'de> for Part {
+    fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut p = Part::default();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match &*key.0 {
+                "text" => p.text = map.next_value::<N<StrLen>>()?.0.0,
+                "thought" => p.thought = map.next_value::<IsTrue>()?.0,
+                "functionCall" => p.call = map.next_value::<NotNull>()?.0,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// A `parts` array read as [`Choices`]: the first part calling a function (`true`) or
+/// thinking (`false`), and the text bytes before it.
+#[derive(Default)]
+struct PartList(Choices);
+
+impl<'de> Node<'de> for PartList {
+    fn seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
+        let mut out = Choices::default();
+        while let Some(N(p)) = seq.next_element::<N<Part>>()? {
+            if out.special.is_some() {
+                continue;
+            }
+            if p.call {
+                out.special = Some(true);
+            } else if p.thought && p.text.is_some_and(|n| n > 0) {
+                out.special = Some(false);
+            } else {
+                out.bytes += p.text.unwrap_or(0);
+            }
+        }
+        Ok(PartList(out))
+    }
+}
+
+/// An object with `field` holding `T`; anything else reads as `T`'s default.
+#[derive(Default)]
+struct Field<T, const CONTENT: bool>(T);
+
+impl<'de, T: Node<'de>, const CONTENT: bool> Node<'de> for Field<T, CONTENT> {
+    fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let wanted = if CONTENT { "content" } else { "parts" };
+        let mut out = T::default();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            if key.0 == wanted {
+                out = map.next_value::<N<T>>()?.0;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(Field(out))
+    }
+}
+
+/// A Gemini `candidates` array: its first candidate's `content.parts`.
+#[derive(Default)]
+struct CandidateList(Option<Choices>);
+
+impl<'de> Node<'de> for CandidateList {
+    fn seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
+        let mut first = None;
+        while let Some(N(c)) = seq.next_element::<N<Field<Field<PartList, false>, true>>>()? {
+            first.get_or_insert(c.0.0.0);
+        }
+        Ok(CandidateList(Some(first.unwrap_or_default())))
+    }
+}
+
 /// An object's `type`, when it is a string.
 #[derive(Default)]
 struct Typed<'a>(Option<Cow<'a, str>>);
@@ -324,6 +449,10 @@ pub(super) struct View<'a> {
     pub delta: Option<Delta<'a>>,
     /// `usage`, when present: whether it is not `null`.
     pub usage: Option<bool>,
+    /// Gemini's `usageMetadata`, when present: whether it is not `null`.
+    pub usage_metadata: Option<bool>,
+    /// Gemini's `candidates`, when an array: its first candidate's parts as choices.
+    pub candidates: Option<Choices>,
 }
 
 impl<'de> Node<'de> for View<'de> {
@@ -336,6 +465,8 @@ impl<'de> Node<'de> for View<'de> {
                 "choices" => v.choices = map.next_value::<N<ChoiceList>>()?.0.0,
                 "delta" => v.delta = Some(map.next_value::<N<Delta<'de>>>()?.0),
                 "usage" => v.usage = Some(map.next_value::<NotNull>()?.0),
+                "usageMetadata" => v.usage_metadata = Some(map.next_value::<NotNull>()?.0),
+                "candidates" => v.candidates = map.next_value::<N<CandidateList>>()?.0.0,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }

@@ -13,7 +13,7 @@ fn is_protected_name_value(s: &str) -> bool {
 }
 
 // Types one SSE event (its `event:` name, if any, and its `data:` payload) for the watchdog.
-// Understands Chat Completions, Responses API and Anthropic Messages events.
+// Understands Chat Completions, Responses API, Anthropic Messages and Gemini events.
 fn classify_sse_value(event_name: Option<&str>, data: &str) -> StreamEvent {
     let data = data.trim();
     if event_name.is_some_and(|n| n.eq_ignore_ascii_case("ping")) {
@@ -66,6 +66,26 @@ fn classify_sse_value(event_name: Option<&str>, data: &str) -> StreamEvent {
         }
         return if v.get("usage").is_some_and(|u| !u.is_null()) { StreamEvent::Usage } else { StreamEvent::Empty };
     }
+    // Gemini: the first candidate's parts.
+    if let Some(candidates) = v.get("candidates").and_then(|c| c.as_array()) {
+        let parts = candidates.first().and_then(|c| c.get("content")).and_then(|c| c.get("parts"));
+        let mut bytes = 0;
+        for p in parts.and_then(|p| p.as_array()).into_iter().flatten() {
+            if p.get("functionCall").is_some_and(|f| !f.is_null()) {
+                return StreamEvent::ToolCall;
+            }
+            let text = p.get("text").and_then(|t| t.as_str());
+            if p.get("thought") == Some(&serde_json::Value::Bool(true)) && text.is_some_and(|t| !t.is_empty()) {
+                return StreamEvent::Reasoning;
+            }
+            bytes += text.map_or(0, str::len);
+        }
+        if bytes > 0 {
+            return StreamEvent::Text(bytes);
+        }
+        let usage = v.get("usageMetadata").is_some_and(|u| !u.is_null());
+        return if usage { StreamEvent::Usage } else { StreamEvent::Empty };
+    }
     // Anthropic content deltas.
     if let Some(delta) = v.get("delta") {
         if let Some(dt) = delta.get("type").and_then(|t| t.as_str())
@@ -104,6 +124,11 @@ fn json_text() -> impl Strategy<Value = String> {
         "index",
         "id",
         "t\\u0079pe",
+        "candidates",
+        "parts",
+        "thought",
+        "functionCall",
+        "usageMetadata",
     ]);
     let strings = prop::sample::select(vec![
         "\"\"",
@@ -194,7 +219,17 @@ fn event_text() -> impl Strategy<Value = String> {
         ("usage", any()),
         ("delta", value()),
     ]);
-    prop_oneof![json_text(), chat, anthropic]
+    let flag = || prop_oneof![Just("true".to_owned()), Just("false".to_owned()), any()].boxed();
+    let part = move || object(vec![("text", value()), ("thought", flag()), ("functionCall", any()), ("text", value())]);
+    let parts = move || prop::collection::vec(part(), 0..4).prop_map(|p| format!("[{}]", p.join(","))).boxed();
+    let candidate =
+        move || object(vec![("content", object(vec![("parts", parts()), ("role", value())])), ("index", any())]);
+    let gemini = object(vec![
+        ("candidates", prop::collection::vec(candidate(), 0..3).prop_map(|c| format!("[{}]", c.join(","))).boxed()),
+        ("usageMetadata", any()),
+        ("modelVersion", value()),
+    ]);
+    prop_oneof![1 => json_text(), 1 => chat, 1 => anthropic, 2 => gemini]
 }
 
 proptest! {
@@ -211,5 +246,24 @@ proptest! {
     #[test]
     fn any_text_classifies_as_a_full_parse(data in ".{0,40}") {
         prop_assert_eq!(classify_sse(None, &data), classify_sse_value(None, &data));
+    }
+}
+
+#[test]
+fn gemini_events_are_read_like_chat_chunks() {
+    let ev = |parts: &str, extra: &str| {
+        format!(r#"{{"candidates":[{{"content":{{"role":"model","parts":{parts}}}}}]{extra}}}"#)
+    };
+    let cases = [
+        (ev(r#"[{"text":"hello"},{"text":" you"}]"#, ""), StreamEvent::Text(9)),
+        (ev(r#"[{"text":"plan","thought":true}]"#, ""), StreamEvent::Reasoning),
+        (ev(r#"[{"text":"a"},{"functionCall":{"name":"f","args":{}}}]"#, ""), StreamEvent::ToolCall),
+        (ev(r#"[{"text":""}]"#, r#","usageMetadata":{"totalTokenCount":3}"#), StreamEvent::Usage),
+        (ev(r#"[{"text":""}]"#, ""), StreamEvent::Empty),
+        (r#"{"candidates":[]}"#.to_owned(), StreamEvent::Empty),
+    ];
+    for (data, want) in cases {
+        assert_eq!(classify_sse(None, &data), want, "{data}");
+        assert_eq!(classify_sse_value(None, &data), want, "{data}");
     }
 }
