@@ -1,8 +1,8 @@
-//! The real coding agents. The requests Claude Code and Codex send (captured from the CLIs
-//! against the scripted upstream, in `tests/fixtures/`) go through the gateway to both provider
-//! formats in the default suite; with `RUN_REAL_CLIENTS=1` the CLIs themselves are installed
-//! from npm into a temp folder and run non-interactively through the gateway, to both
-//! provider formats, answering plainly and through a whole tool loop.
+//! The real coding agents. The requests Claude Code, Codex and Gemini CLI send (captured from
+//! the CLIs against a scripted upstream, in `tests/fixtures/`) go through the gateway to every
+//! provider format in the default suite; with `RUN_REAL_CLIENTS=1` the CLIs themselves are
+//! installed from npm into a temp folder and run non-interactively through the gateway, to
+//! every provider format, answering plainly and through a whole tool loop.
 
 mod common;
 
@@ -83,11 +83,25 @@ async fn claude_codes_request_reaches_both_provider_formats() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codexs_request_reaches_both_provider_formats() {
+async fn codexs_request_reaches_every_provider_format() {
     let up = upstream(ScriptedUpstream::new().route("echo", Script::always(Behaviour::echo()))).await;
-    let gw = start(config(TWO_FORMATS, &up), Persistence::Memory).await;
+    let gw = start(config(&format!("{TWO_FORMATS}{NEW_FORMATS}"), &up), Persistence::Memory).await;
     let f = fixture("codex-0.171.0.json");
-    for (model, path) in [("oai/echo", "/v1/chat/completions"), ("ant/echo", "/v1/messages")] {
+    // To a Responses-format provider: Codex's own bytes, only the model changed.
+    let r = replay(&gw, &f, "rsp/echo").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let seen = up.script.requests().pop().expect("request");
+    assert_eq!(seen.path, "/v1/responses");
+    let mut sent: Value = serde_json::from_str(&seen.body).expect("json");
+    sent["model"] = "rsp/echo".into();
+    let mut expected = f.body.clone();
+    expected["model"] = "rsp/echo".into();
+    assert_eq!(sent, expected);
+    for (model, path) in [
+        ("oai/echo", "/v1/chat/completions"),
+        ("ant/echo", "/v1/messages"),
+        ("gem/echo", "/v1/models/echo:streamGenerateContent"),
+    ] {
         let r = replay(&gw, &f, model).await;
         assert_eq!(r.status, 200, "{model}: {}", r.body);
         let events: Vec<Value> =
@@ -105,7 +119,48 @@ async fn codexs_request_reaches_both_provider_formats() {
     }
 }
 
-/// `npm install`s both CLIs into `dir`; returns the `.bin` folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_clis_request_reaches_every_provider_format() {
+    let up = upstream(ScriptedUpstream::new().route("echo", Script::always(Behaviour::echo()))).await;
+    let gw = start(config(&format!("{TWO_FORMATS}{NEW_FORMATS}"), &up), Persistence::Memory).await;
+    let f = fixture("gemini-cli-0.61.0.json");
+    let headers: Vec<(&str, &str)> = f.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    for (model, path) in [
+        ("gem/echo", "/v1/models/echo:streamGenerateContent"),
+        ("oai/echo", "/v1/chat/completions"),
+        ("ant/echo", "/v1/messages"),
+        ("rsp/echo", "/v1/responses"),
+    ] {
+        let url = f.path.replace("gemini-2.5-flash", model);
+        let r = send("POST", &gw.url(&url), &headers, &f.body.to_string()).await;
+        assert_eq!(r.status, 200, "{model}: {}", r.body);
+        assert!(scenarios::answer::stream_done_gemini(&r.body), "{model}: {}", r.body);
+        let text: String = sse_data(&r.body)
+            .iter()
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter_map(|v| v.pointer("/candidates/0/content/parts/0/text").and_then(Value::as_str).map(str::to_owned))
+            .collect();
+        assert!(text.contains("say hello ferroute"), "{model}: {text}");
+        let seen = up.script.requests().pop().expect("request");
+        assert_eq!(seen.path, path, "{model}");
+        let sent: Value = serde_json::from_str(&seen.body).expect("json");
+        if model == "gem/echo" {
+            // Same format: the CLI's body as it was, its key replaced by the provider's.
+            assert_eq!(sent, f.body);
+            assert_eq!(seen.query.as_deref(), Some("alt=sse"));
+            assert_eq!(seen.headers.get("x-goog-api-key").map(String::as_str), Some("sk-gem"));
+            continue;
+        }
+        let dropped = r.header("x-ferroute-translation-dropped").unwrap_or("");
+        for named in ["generationConfig.topK", "generationConfig.thinkingConfig.includeThoughts"] {
+            assert!(dropped.contains(named), "{model}: {named} in {dropped}");
+        }
+        let tools = sent["tools"].as_array().map(Vec::len);
+        assert_eq!(tools, f.body["tools"][0]["functionDeclarations"].as_array().map(Vec::len), "{model}");
+    }
+}
+
+/// `npm install`s the three CLIs into `dir`; returns the `.bin` folder.
 fn install_clis(dir: &Path) -> PathBuf {
     let status = Command::new("npm")
         .args([
@@ -115,6 +170,7 @@ fn install_clis(dir: &Path) -> PathBuf {
             "--silent",
             "@anthropic-ai/claude-code@2.1",
             "@openai/codex@0.171",
+            "@google/gemini-cli@0.61",
         ])
         .current_dir(dir)
         .status()
@@ -124,9 +180,9 @@ fn install_clis(dir: &Path) -> PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
+async fn the_real_claude_code_codex_and_gemini_cli_answer_through_the_gateway() {
     if std::env::var("RUN_REAL_CLIENTS").as_deref() != Ok("1") {
-        eprintln!("skipped (set RUN_REAL_CLIENTS=1 to install and run claude and codex from npm)");
+        eprintln!("skipped (set RUN_REAL_CLIENTS=1 to install and run claude, codex and gemini from npm)");
         return;
     }
     // `echo` answers with the prompt; `tools` calls the agent's first tool, and answers with
@@ -137,7 +193,7 @@ async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
             .route("tools", Script::always(Behaviour::tool_echo())),
     )
     .await;
-    let gw = start(config(TWO_FORMATS, &up), Persistence::Memory).await;
+    let gw = start(config(&format!("{TWO_FORMATS}{NEW_FORMATS}"), &up), Persistence::Memory).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = tokio::task::spawn_blocking({
         let d = dir.path().to_owned();
@@ -148,12 +204,7 @@ async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).expect("home");
     let base = format!("http://{}", gw.addr);
-    for (model, expect) in [
-        ("ant/echo", "say hello ferroute"),
-        ("oai/echo", "say hello ferroute"),
-        ("ant/tools", "tool said:"),
-        ("oai/tools", "tool said:"),
-    ] {
+    for (model, expect) in EVERY_FORMAT {
         let out = Command::new(bin.join("claude"))
             .args(["-p", "say hello ferroute", "--model", model])
             .env("HOME", &home)
@@ -177,12 +228,7 @@ async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
     }
     let codex_home = dir.path().join("codex-home");
     std::fs::create_dir_all(&codex_home).expect("codex home");
-    for (model, expect) in [
-        ("oai/echo", "say hello ferroute"),
-        ("ant/echo", "say hello ferroute"),
-        ("oai/tools", "tool said:"),
-        ("ant/tools", "tool said:"),
-    ] {
+    for (model, expect) in EVERY_FORMAT {
         let cfg = format!(
             "model = \"{model}\"\nmodel_provider = \"ferroute\"\n[model_providers.ferroute]\nname = \"Ferroute\"\nbase_url = \"{base}/v1\"\nenv_key = \"FERROUTE_KEY\"\nwire_api = \"responses\"\n"
         );
@@ -199,4 +245,42 @@ async fn the_real_claude_code_and_codex_answer_through_the_gateway() {
         assert!(out.status.success(), "codex exec via {model}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
         assert!(stdout.contains(expect), "codex exec via {model}: {stdout}");
     }
+    // Gemini CLI: the gateway as its Gemini API (`GOOGLE_GEMINI_BASE_URL`), an API key, and
+    // this temp folder trusted for a headless run.
+    let gemini_home = dir.path().join("gemini-home");
+    std::fs::create_dir_all(gemini_home.join(".gemini")).expect("gemini home");
+    std::fs::write(
+        gemini_home.join(".gemini").join("settings.json"),
+        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
+    )
+    .expect("gemini settings");
+    for (model, expect) in EVERY_FORMAT {
+        let out = Command::new(bin.join("gemini"))
+            .args(["-p", "say hello ferroute", "-m", model])
+            .env("HOME", &gemini_home)
+            .env("GOOGLE_GEMINI_BASE_URL", &base)
+            .env("GEMINI_API_KEY", "sk-local")
+            .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("gemini runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "gemini -p via {model}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(expect), "gemini -p via {model}: {stdout}");
+    }
+    let via_gemini = up.script.requests().into_iter().filter(|r| r.path.contains(":streamGenerateContent")).count();
+    assert!(via_gemini >= 2, "the Gemini-format provider was reached ({via_gemini} requests)");
 }
+
+/// Every provider format, answering plainly and through a tool loop.
+const EVERY_FORMAT: [(&str, &str); 8] = [
+    ("oai/echo", "say hello ferroute"),
+    ("ant/echo", "say hello ferroute"),
+    ("rsp/echo", "say hello ferroute"),
+    ("gem/echo", "say hello ferroute"),
+    ("oai/tools", "tool said:"),
+    ("ant/tools", "tool said:"),
+    ("rsp/tools", "tool said:"),
+    ("gem/tools", "tool said:"),
+];

@@ -45,28 +45,6 @@ provider = "gem-lim"
 api_key = "sk-gem"
 "#;
 
-/// The two formats `TWO_FORMATS` lacks: the Responses API and Gemini.
-const NEW_FORMATS: &str = r#"
-[[providers]]
-id = "rsp"
-format = "responses"
-base_url = "{UP}"
-models = ["tools"]
-[[connections]]
-id = "rsp-1"
-provider = "rsp"
-api_key = "sk-rsp"
-[[providers]]
-id = "gem"
-format = "gemini"
-base_url = "{UP}"
-models = ["tools"]
-[[connections]]
-id = "gem-1"
-provider = "gem"
-api_key = "sk-gem"
-"#;
-
 fn sdk_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk")
 }

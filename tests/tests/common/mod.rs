@@ -64,6 +64,28 @@ name = "mixed-back"
 targets = ["oai/failing", "ant/tools"]
 "#;
 
+/// The two formats `TWO_FORMATS` lacks: a Responses-format and a Gemini-format provider.
+pub const NEW_FORMATS: &str = r#"
+[[providers]]
+id = "rsp"
+format = "responses"
+base_url = "{UP}"
+models = ["tools", "echo"]
+[[connections]]
+id = "rsp-1"
+provider = "rsp"
+api_key = "sk-rsp"
+[[providers]]
+id = "gem"
+format = "gemini"
+base_url = "{UP}"
+models = ["tools", "echo"]
+[[connections]]
+id = "gem-1"
+provider = "gem"
+api_key = "sk-gem"
+"#;
+
 /// A running scripted upstream.
 pub struct Upstream {
     pub addr: SocketAddr,
