@@ -100,11 +100,17 @@ pub async fn start_gateway_scaled(
 /// Keys each benchmark provider has, taken round robin (as the minimal gateway does).
 pub const BENCH_KEYS: usize = 8;
 
-/// The benchmark's providers: `bench` (OpenAI format: `m`, `s`) and `bench-ant` (Anthropic
-/// format: `m`, `as`), each with `keys` keys taken round robin.
+/// The benchmark's providers: `bench` (OpenAI format: `m`, `s`), `bench-ant` (Anthropic
+/// format: `m`, `as`), `bench-rsp` (Responses) and `bench-gem` (Gemini), each with `keys` keys
+/// taken round robin.
 fn bench_config(addr: SocketAddr, keys: usize) -> String {
     let mut text = String::new();
-    for (id, format, models) in [("bench", "openai", "\"m\", \"s\""), ("bench-ant", "anthropic", "\"m\", \"as\"")] {
+    for (id, format, models) in [
+        ("bench", "openai", "\"m\", \"s\""),
+        ("bench-ant", "anthropic", "\"m\", \"as\""),
+        ("bench-rsp", "responses", "\"m\""),
+        ("bench-gem", "gemini", "\"m\""),
+    ] {
         text += &format!(
             "[[providers]]\nid = \"{id}\"\nformat = \"{format}\"\nbase_url = \"http://{addr}/v1\"\nmodels = [{models}]\nconnection_strategy = \"round-robin\"\n"
         );

@@ -15,12 +15,18 @@ per_decision() {
   echo $((($(callgrind_total "$cg_dir/d.b") - $(callgrind_total "$cg_dir/d.a")) / ($3 - $2)))
 }
 
+# per_target TARGET LOW HIGH [requests args...] -> instructions of one request of
+# `target/release/requests --target TARGET`
+per_target() {
+  local target=$1 low=$2 high=$3
+  shift 3
+  valgrind --tool=callgrind --callgrind-out-file="$cg_dir/r.a" target/release/requests --target "$target" "$@" --count "$low" >/dev/null 2>&1
+  valgrind --tool=callgrind --callgrind-out-file="$cg_dir/r.b" target/release/requests --target "$target" "$@" --count "$high" >/dev/null 2>&1
+  echo $((($(callgrind_total "$cg_dir/r.b") - $(callgrind_total "$cg_dir/r.a")) / (high - low)))
+}
+
 # per_request LOW HIGH [requests args...] -> instructions of one proxied JSON request
 # (`target/release/requests --target same`)
 per_request() {
-  local low=$1 high=$2
-  shift 2
-  valgrind --tool=callgrind --callgrind-out-file="$cg_dir/r.a" target/release/requests --target same "$@" --count "$low" >/dev/null 2>&1
-  valgrind --tool=callgrind --callgrind-out-file="$cg_dir/r.b" target/release/requests --target same "$@" --count "$high" >/dev/null 2>&1
-  echo $((($(callgrind_total "$cg_dir/r.b") - $(callgrind_total "$cg_dir/r.a")) / (high - low)))
+  per_target same "$@"
 }

@@ -278,6 +278,10 @@ async fn the_gemini_api_lists_models_counts_tokens_and_refuses_in_googles_shape(
         assert_eq!(e["status"], "INVALID_ARGUMENT", "{}", r.body);
         assert!(e["message"].as_str().unwrap_or("").contains(field), "{field}: {}", r.body);
     }
+    // What only chat cannot express still reaches a provider of the client's own format.
+    let search = json!({"contents": [{"parts": [{"text": "x"}]}], "tools": [{"googleSearch": {}}]});
+    let r = post(&gw, "/v1beta/models/gem/tools:generateContent", &[KEY], &search).await;
+    assert_eq!(r.status, 200, "{}", r.body);
     let r = post(&gw, "/v1beta/models/gem/tools:generateContent", &[KEY], &json!({"contents": "hi"})).await;
     assert_eq!((r.status, r.json()["error"]["details"][0]["reason"].clone()), (400, json!("missing_contents")));
     let r = post(&gw, "/v1beta/models/nobody/none:generateContent", &[KEY], &json!({"contents": []})).await;
@@ -296,14 +300,36 @@ async fn a_combo_falls_back_from_an_overloaded_gemini_provider_and_a_responses_c
     assert_eq!(r.header("x-ferroute-selected-connection-id"), Some("oai-1"));
     assert_eq!(read_gemini(&r), ("tool said: sunny".to_owned(), vec![]));
     assert!(up.script.calls("failing") >= 1);
-    // A Responses client to a Responses provider: its bytes, only the model changed.
-    let raw = r#"{"model":"rsp/tools","input":"hello you","zeta":{"kept":true}}"#;
-    let r = send("POST", &gw.url("/v1/responses"), &[("content-type", "application/json"), KEY], raw).await;
-    // `zeta` is not a Responses field Ferroute knows: refused before any provider is chosen.
-    assert_eq!(r.status, 400, "{}", r.body);
-    let raw = r#"{"model":"rsp/tools","input":"hello you","store":false,"text":{"verbosity":"low"}}"#;
+    // A Responses client to a Responses provider: its bytes, only the model changed, fields
+    // Ferroute does not know included; to chat such a field is refused naming it.
+    let raw = r#"{"model":"rsp/tools","input":"hello you","store":false,"zeta":{"kept":true}}"#;
     let r = send("POST", &gw.url("/v1/responses"), &[("content-type", "application/json"), KEY], raw).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(read_responses(&r).0, "hello you");
     assert_eq!(up.script.requests().pop().expect("a request").body, raw.replace("rsp/tools", "tools"));
+    let r = send(
+        "POST",
+        &gw.url("/v1/responses"),
+        &[("content-type", "application/json"), KEY],
+        &raw.replace("rsp/", "oai/"),
+    )
+    .await;
+    assert_eq!((r.status, r.json()["error"]["param"].clone()), (400, json!("zeta")), "{}", r.body);
+    // A stored response is the provider's to find: refused to chat, passed to a Responses provider.
+    let stored = json!({"model": "rsp/tools", "input": "and then?", "previous_response_id": "resp_1"});
+    let r = post(&gw, "/v1/responses", &[KEY], &stored).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = post(
+        &gw,
+        "/v1/responses",
+        &[KEY],
+        &json!({"model": "oai/tools", "input": "x", "previous_response_id": "resp_1"}),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (400, json!("stored_responses_unsupported")),
+        "{}",
+        r.body
+    );
 }

@@ -31,6 +31,14 @@ enum Target {
     Translated,
     /// As `same`, with the flight recorder on (`[recording]`).
     Recorded,
+    /// Chat requests to a Responses-format provider (translated); the echo route.
+    ToResponses,
+    /// Chat requests to a Gemini-format provider (translated); the echo route.
+    ToGemini,
+    /// Gemini API requests to a Gemini-format provider (passed through); the echo route.
+    GeminiSame,
+    /// Gemini API requests to an OpenAI-format provider (translated); the echo route.
+    GeminiToChat,
     /// As `same`, with every request and attempt exported as spans to a local OTLP sink.
     Traced,
 }
@@ -54,6 +62,10 @@ struct Cli {
     /// Providers in ferroute's config besides the benchmark's (one key each, never used).
     #[arg(long, default_value_t = 0)]
     extra_providers: usize,
+    /// Stream from the echo route (`m`, its words one event each) rather than the fixed
+    /// ten-event stream, as the Responses and Gemini targets always do.
+    #[arg(long)]
+    echo: bool,
 }
 
 // One thread: no work stealing or idle spinning between workers, so the count repeats.
@@ -82,9 +94,22 @@ async fn main() -> anyhow::Result<()> {
             let head = format!("[telemetry]\notlp_endpoint = \"http://{}\"\n", start_sink().await?);
             (start_gateway_with(Some(up), &data, &head).await?, "bench/")
         }
+        Target::ToResponses => (start_gateway(Some(up), &data).await?, "bench-rsp/"),
+        Target::ToGemini | Target::GeminiSame => (start_gateway(Some(up), &data).await?, "bench-gem/"),
+        Target::GeminiToChat => (start_gateway(Some(up), &data).await?, "bench/"),
     };
-    let url = format!("http://{addr}/v1/chat/completions");
-    let b = body(&bench_model(prefix, cli.stream), cli.stream);
+    let echo = cli.echo
+        || matches!(cli.target, Target::ToResponses | Target::ToGemini | Target::GeminiSame | Target::GeminiToChat);
+    let model = if echo { format!("{prefix}m") } else { bench_model(prefix, cli.stream) };
+    let (url, b) = match cli.target {
+        Target::GeminiSame | Target::GeminiToChat => {
+            let method = if cli.stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+            let text = "measure the overhead of this gateway";
+            let b = serde_json::json!({"contents": [{"role": "user", "parts": [{"text": text}]}]});
+            (format!("http://{addr}/v1beta/models/{model}:{method}"), bytes::Bytes::from(b.to_string()))
+        }
+        _ => (format!("http://{addr}/v1/chat/completions"), body(&model, cli.stream)),
+    };
     sequential(&url, b.clone(), 20).await;
     let ok = sequential(&url, b, cli.count).await;
     let _ = std::fs::remove_dir_all(&data);

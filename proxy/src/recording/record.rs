@@ -90,9 +90,17 @@ pub struct Usage {
 impl Usage {
     /// Reads the usage of an answer or of one stream event (OpenAI `usage.prompt_tokens` /
     /// `completion_tokens`, Anthropic `usage` or `message.usage` `input_tokens` /
-    /// `output_tokens`); `None` when it names none.
+    /// `output_tokens`, Responses `response.usage`, Gemini `usageMetadata.promptTokenCount` /
+    /// `candidatesTokenCount` and `thoughtsTokenCount`); `None` when it names none.
     pub fn of(json: &[u8]) -> Option<Usage> {
         let v: serde_json::Value = serde_json::from_slice(json).ok()?;
+        if let Some(m) = v.get("usageMetadata") {
+            let n = |k: &str| m.get(k).and_then(serde_json::Value::as_u64);
+            let output = n("candidatesTokenCount").map(|c| c + n("thoughtsTokenCount").unwrap_or(0));
+            let input = n("promptTokenCount");
+            return (input.is_some() || output.is_some())
+                .then(|| Usage { input_tokens: input.unwrap_or(0), output_tokens: output.unwrap_or(0) });
+        }
         let u = v.get("usage").or_else(|| v.pointer("/message/usage")).or_else(|| v.pointer("/response/usage"))?;
         let n = |keys: &[&str]| keys.iter().find_map(|k| u.get(*k).and_then(serde_json::Value::as_u64));
         let input = n(&["prompt_tokens", "input_tokens"]);
@@ -220,6 +228,10 @@ mod tests {
         let total = Usage::of(start).and_then(|a| Usage::of(delta).map(|b| a.merge(b)));
         assert_eq!(total, Some(Usage { input_tokens: 472, output_tokens: 90 }));
         assert_eq!(Usage::of(br#"{"choices":[]}"#), None);
+        let gemini = br#"{"candidates":[],"usageMetadata":{"promptTokenCount":7,"candidatesTokenCount":4,"thoughtsTokenCount":2}}"#;
+        assert_eq!(Usage::of(gemini), Some(Usage { input_tokens: 7, output_tokens: 6 }));
+        let responses = br#"{"type":"response.completed","response":{"usage":{"input_tokens":3,"output_tokens":1}}}"#;
+        assert_eq!(Usage::of(responses), Some(Usage { input_tokens: 3, output_tokens: 1 }));
         assert_eq!(Usage::of(b"[DONE]"), None);
     }
 

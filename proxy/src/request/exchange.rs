@@ -129,6 +129,9 @@ pub struct Inbound {
     pub responses: Option<ResponseBuilder>,
     /// Fields left behind before any provider was chosen (Responses → chat).
     pub dropped: Vec<String>,
+    /// Why a Responses or Gemini request has no chat translation (then only providers of the
+    /// client's own format can serve it, and `body` is `null`).
+    pub untranslated: Option<Untranslatable>,
     /// Unix seconds, for `created` fields.
     pub created: u64,
     /// The session key (M5), when affinity is on and the request names or implies a session.
@@ -153,6 +156,7 @@ impl Inbound {
             query: None,
             responses: None,
             dropped: Vec::new(),
+            untranslated: None,
             created,
             session: None,
             session_ttl: std::time::Duration::ZERO,
@@ -168,7 +172,7 @@ impl Inbound {
         id: &str,
         created: u64,
     ) -> Result<Self, Untranslatable> {
-        let Translated { body: chat, dropped } = responses::request(body)?;
+        let (Translated { body: chat, dropped }, untranslated) = split(responses::request(body))?;
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
         Ok(Inbound {
             api: ClientApi::Responses,
@@ -183,6 +187,7 @@ impl Inbound {
             query: None,
             responses: Some(ResponseBuilder::new(id, created, body)),
             dropped,
+            untranslated,
             created,
             session: None,
             session_ttl: std::time::Duration::ZERO,
@@ -201,7 +206,7 @@ impl Inbound {
         headers: ApiHeaders,
         created: u64,
     ) -> Result<Self, Untranslatable> {
-        let Translated { body: chat, dropped } = gemini_chat::request(body, model, stream)?;
+        let (Translated { body: chat, dropped }, untranslated) = split(gemini_chat::request(body, model, stream))?;
         Ok(Inbound {
             api: ClientApi::Gemini,
             tools: chat.get("tools").and_then(Value::as_array).map_or(0, Vec::len),
@@ -215,10 +220,22 @@ impl Inbound {
             query: None,
             responses: None,
             dropped,
+            untranslated,
             created,
             session: None,
             session_ttl: std::time::Duration::ZERO,
         })
+    }
+}
+
+/// A translation to chat, or why there is none: a request its own API does not allow is
+/// refused at once; one that only chat cannot express may still go to a provider of the
+/// client's own format.
+fn split(t: Result<Translated, Untranslatable>) -> Result<(Translated, Option<Untranslatable>), Untranslatable> {
+    match t {
+        Ok(t) => Ok((t, None)),
+        Err(u) if u.kind == Cause::Invalid => Err(u),
+        Err(u) => Ok((Translated { body: Value::Null, dropped: Vec::new() }, Some(u))),
     }
 }
 
@@ -278,6 +295,8 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
     let (body, raw) = if native && inb.native.is_some() {
         // A Responses or Gemini client to a provider of its own format: its own bytes.
         (Value::Null, inb.native.clone())
+    } else if let Some(u) = &inb.untranslated {
+        return Err(u.clone());
     } else if same {
         match &inb.raw {
             Some(raw) => (Value::Null, Some(raw.clone())),
