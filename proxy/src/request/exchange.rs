@@ -228,6 +228,38 @@ impl Inbound {
     }
 }
 
+impl Inbound {
+    /// A Gemini request that only Gemini-format providers will see, declaring `tools`
+    /// functions: never translated (its `body` is `null`; it goes as the client sent it).
+    pub fn gemini_native(
+        tools: usize,
+        raw: Bytes,
+        model: &str,
+        stream: bool,
+        headers: ApiHeaders,
+        created: u64,
+    ) -> Self {
+        Inbound {
+            api: ClientApi::Gemini,
+            tools,
+            body: JsonBody::parsed(Value::Null),
+            raw: None,
+            native: Some(raw),
+            url_model: Some(model.to_owned()),
+            stream,
+            include_usage: true,
+            headers,
+            query: None,
+            responses: None,
+            dropped: Vec::new(),
+            untranslated: None,
+            created,
+            session: None,
+            session_ttl: std::time::Duration::ZERO,
+        }
+    }
+}
+
 /// A translation to chat, or why there is none: a request its own API does not allow is
 /// refused at once; one that only chat cannot express may still go to a provider of the
 /// client's own format.
@@ -261,26 +293,26 @@ pub struct Prepared {
 
 impl Prepared {
     /// The body for one target's model.
-    pub fn body_for(&mut self, model: &str) -> Result<Vec<u8>, serde_json::Error> {
+    pub fn body_for(&mut self, model: &str) -> Result<Bytes, serde_json::Error> {
         if self.format == Format::Gemini {
-            // The model is in the URL.
+            // The model is in the URL: the bytes go as they are.
             return match &self.raw {
-                Some(raw) => Ok(raw.to_vec()),
-                None => serde_json::to_vec(&self.body),
+                Some(raw) => Ok(raw.clone()),
+                None => serde_json::to_vec(&self.body).map(Bytes::from),
             };
         }
         // `raw` is the client's bytes (same format), or a body written straight to bytes;
         // should its model not be found where expected, it is parsed and set the slow way.
         if let Some(raw) = &self.raw {
             if let Some(out) = passthrough::replace_model(raw, model) {
-                return Ok(out);
+                return Ok(Bytes::from(out));
             }
             if self.body.is_null() {
                 self.body = serde_json::from_slice(raw)?;
             }
         }
         self.body["model"] = Value::String(model.to_owned());
-        serde_json::to_vec(&self.body)
+        serde_json::to_vec(&self.body).map(Bytes::from)
     }
 }
 

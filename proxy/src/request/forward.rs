@@ -131,6 +131,39 @@ impl SessionHeaders {
     }
 }
 
+/// What a Gemini request passed through is checked for: `contents` is an array; and how many
+/// functions it declares.
+#[derive(serde::Deserialize)]
+struct GeminiHead {
+    contents: Option<Vec<serde::de::IgnoredAny>>,
+    #[serde(default)]
+    tools: Option<Vec<GeminiTool>>,
+}
+
+#[derive(serde::Deserialize)]
+struct GeminiTool {
+    #[serde(default, rename = "functionDeclarations", alias = "function_declarations")]
+    declarations: Option<Vec<serde::de::IgnoredAny>>,
+}
+
+impl GeminiHead {
+    /// The functions declared, when `contents` is there.
+    fn declared(&self) -> Option<usize> {
+        self.contents.as_ref()?;
+        Some(self.tools.iter().flatten().filter_map(|t| t.declarations.as_ref()).map(Vec::len).sum())
+    }
+}
+
+/// Whether every target `model` can reach speaks Gemini (no combo that calls several, no
+/// emergency target): then a Gemini request is never translated, only passed through.
+fn gemini_only<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, model: &str) -> bool {
+    let Ok(plan) = gw.resolve(model) else { return false };
+    plan.multi.is_none()
+        && !plan.targets.is_empty()
+        && plan.targets.iter().all(|t| gw.config.providers[t.provider].format == crate::config::Format::Gemini)
+        && gw.emergency_plan(model).is_none()
+}
+
 /// Checks the fields each API requires and brings the request into its wire format. A Chat
 /// or Messages body is read only for what routing needs ([`Head`]); a Responses body is
 /// translated to chat now, so it is parsed whole.
@@ -142,11 +175,22 @@ fn inbound<C: Connect + Clone + Send + Sync + 'static>(
     gemini: Option<crate::edge::gemini::Call>,
 ) -> Result<(Inbound, String, Option<String>), ProxyError> {
     if let Some(crate::edge::gemini::Call::Generate { model, stream }) = gemini {
+        let missing = || ProxyError::bad_request("missing_contents", "missing required field `contents` (an array)");
+        let created = gw.clock.wall_now_ms() / 1000;
+        // Passed through, the body is only checked, not built into a value.
+        if gemini_only(gw, &model) {
+            let head = match serde_json::from_slice::<GeminiHead>(&raw) {
+                Ok(h) => h,
+                // Not JSON, not an object (named as such), or `contents` of the wrong type.
+                Err(_) => return Err(json_object(&raw).err().unwrap_or_else(missing)),
+            };
+            let Some(tools) = head.declared() else { return Err(missing()) };
+            return Ok((Inbound::gemini_native(tools, raw, &model, stream, headers, created), model, None));
+        }
         let json = json_object(&raw)?;
         if !json.get("contents").is_some_and(serde_json::Value::is_array) {
-            return Err(ProxyError::bad_request("missing_contents", "missing required field `contents` (an array)"));
+            return Err(missing());
         }
-        let created = gw.clock.wall_now_ms() / 1000;
         let inbound = Inbound::gemini(&json, raw, &model, stream, headers, created).map_err(untranslatable)?;
         return Ok((inbound, model, None));
     }

@@ -77,7 +77,7 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     let (query, stream) = (prep.query.as_deref(), prep.stream);
     let uri = gw.endpoints.uri(t.provider, provider.format, query, &t.model, stream).map_err(|e| unsendable(&e))?;
     let credential = gw.endpoints.credential(t.connection).map_err(unsendable)?;
-    let mut req = Request::new(Full::new(Bytes::from(body)));
+    let mut req = Request::new(Full::new(body));
     *req.method_mut() = http::Method::POST;
     *req.uri_mut() = uri;
     let h = req.headers_mut();
