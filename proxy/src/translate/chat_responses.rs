@@ -4,6 +4,7 @@
 //! keeps no responses, so it asks the provider not to store them either (`store: false`).
 
 use super::stream::{Event, Translate, chat_error};
+use super::wire::Out;
 use super::{Translated, Untranslatable, joined_text, refuse_unless, str_of};
 use serde_json::{Map, Value, json};
 
@@ -305,8 +306,10 @@ pub fn response(body: &[u8], created: u64) -> Result<Vec<u8>, serde_json::Error>
     serde_json::to_vec(&out)
 }
 
-/// Responses API events → OpenAI chat chunks.
+/// Responses API events → OpenAI chat chunks (written by hand: every chunk starts with the
+/// same id, created time and model).
 pub struct ResponsesToChat {
+    prefix: String,
     id: String,
     model: String,
     created: u64,
@@ -320,7 +323,8 @@ pub struct ResponsesToChat {
 impl ResponsesToChat {
     /// `include_usage`: the client asked for a usage chunk.
     pub fn new(created: u64, include_usage: bool) -> Self {
-        ResponsesToChat {
+        let mut t = ResponsesToChat {
+            prefix: String::new(),
             id: "chatcmpl-responses".into(),
             model: String::new(),
             created,
@@ -328,13 +332,35 @@ impl ResponsesToChat {
             started: false,
             calls: Vec::new(),
             done: false,
-        }
+        };
+        t.set_prefix();
+        t
     }
 
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> Event {
-        let v = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
-        (None, v.to_string())
+    fn set_prefix(&mut self) {
+        let mut o = Out::with_capacity(128);
+        o.raw(r#"{"id":"#).str(&self.id).raw(r#","object":"chat.completion.chunk","created":"#).num(self.created);
+        o.raw(r#","model":"#).str(&self.model).raw(r#","choices":[{"index":0,"delta":"#);
+        self.prefix = o.0;
+    }
+
+    /// A chunk of `delta` (JSON text), finishing with `finish` if given.
+    fn chunk(&self, delta: &str, finish: Option<&str>) -> Event {
+        let mut o = Out::with_capacity(self.prefix.len() + delta.len() + 48);
+        o.raw(&self.prefix).raw(delta).raw(r#","finish_reason":"#);
+        match finish {
+            Some(f) => o.str(f),
+            None => o.raw("null"),
+        };
+        o.raw("}]}");
+        (None, o.0)
+    }
+
+    /// A delta of one string field.
+    fn text(&self, key: &str, text: &str) -> Event {
+        let mut d = Out::with_capacity(text.len() + key.len() + 8);
+        d.raw("{\"").raw(key).raw("\":").str(text).raw("}");
+        self.chunk(&d.0, None)
     }
 
     fn start(&mut self, r: Option<&Value>, out: &mut Vec<Event>) {
@@ -346,14 +372,15 @@ impl ResponsesToChat {
                 self.id = format!("chatcmpl-{id}");
             }
             self.model = str_of(r, "model").unwrap_or("").to_owned();
+            self.set_prefix();
         }
-        out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
+        out.push(self.chunk(r#"{"role":"assistant","content":""}"#, None));
         self.started = true;
     }
 
     fn end(&mut self, r: &Value, out: &mut Vec<Event>) {
         self.start(Some(r), out);
-        out.push(self.chunk(json!({}), Some(finish_of(r, !self.calls.is_empty()))));
+        out.push(self.chunk("{}", Some(finish_of(r, !self.calls.is_empty()))));
         if self.include_usage
             && let Some(u) = r.get("usage").filter(|u| !u.is_null())
         {
@@ -382,19 +409,19 @@ impl Translate for ResponsesToChat {
             "response.output_text.delta" => {
                 self.start(None, out);
                 if let Some(d) = str_of(&v, "delta").filter(|d| !d.is_empty()) {
-                    out.push(self.chunk(json!({ "content": d }), None));
+                    out.push(self.text("content", d));
                 }
             }
             "response.reasoning_summary_text.delta" => {
                 self.start(None, out);
                 if let Some(d) = str_of(&v, "delta").filter(|d| !d.is_empty()) {
-                    out.push(self.chunk(json!({ "reasoning_content": d }), None));
+                    out.push(self.text("reasoning_content", d));
                 }
             }
             "response.refusal.delta" => {
                 self.start(None, out);
                 if let Some(d) = str_of(&v, "delta") {
-                    out.push(self.chunk(json!({ "refusal": d }), None));
+                    out.push(self.text("refusal", d));
                 }
             }
             "response.output_item.added" => {
@@ -405,14 +432,16 @@ impl Translate for ResponsesToChat {
                     self.calls.push(v.get("output_index").and_then(Value::as_u64).unwrap_or(index as u64));
                     let delta = json!({"tool_calls": [{"index": index, "id": str_of(item, "call_id").unwrap_or(""),
                         "type": "function", "function": {"name": str_of(item, "name").unwrap_or(""), "arguments": ""}}]});
-                    out.push(self.chunk(delta, None));
+                    out.push(self.chunk(&delta.to_string(), None));
                 }
             }
             "response.function_call_arguments.delta" => {
                 let at = v.get("output_index").and_then(Value::as_u64).and_then(|o| self.call_index(o));
                 if let (Some(index), Some(d)) = (at, str_of(&v, "delta")) {
-                    let delta = json!({"tool_calls": [{"index": index, "function": {"arguments": d}}]});
-                    out.push(self.chunk(delta, None));
+                    let mut o = Out::with_capacity(d.len() + 64);
+                    o.raw(r#"{"tool_calls":[{"index":"#).num(index as u64).raw(r#","function":{"arguments":"#).str(d);
+                    o.raw("}}]}");
+                    out.push(self.chunk(&o.0, None));
                 }
             }
             "response.completed" | "response.incomplete" => {

@@ -5,12 +5,57 @@
 use super::chat_gemini::{call_id, chat_usage, finish_reason as chat_finish};
 use super::gemini_chat::{finish_reason as gemini_finish, usage_metadata};
 use super::stream::{Event, Translate, chat_chunk, chat_error, gemini_error};
-use super::wire::ChatUsage;
+use super::wire::{ChatUsage, Out, Str};
 use super::{parse_arguments, str_of};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// Gemini stream events → OpenAI chat chunks.
+/// One Gemini stream event, read for what the chat chunks need (strings borrowed from the
+/// event where they have no escapes).
+#[derive(Deserialize)]
+struct GemEvent<'a> {
+    #[serde(default, borrow)]
+    candidates: Vec<GemCandidate<'a>>,
+    #[serde(default, rename = "usageMetadata")]
+    usage: Option<Value>,
+    #[serde(default, rename = "responseId", borrow)]
+    response_id: Option<Str<'a>>,
+    #[serde(default, rename = "modelVersion", borrow)]
+    model_version: Option<Str<'a>>,
+    #[serde(default, rename = "promptFeedback")]
+    prompt_feedback: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct GemCandidate<'a> {
+    #[serde(default, borrow)]
+    content: Option<GemContent<'a>>,
+    #[serde(default, rename = "finishReason", borrow)]
+    finish_reason: Option<Str<'a>>,
+}
+
+#[derive(Deserialize)]
+struct GemContent<'a> {
+    #[serde(default, borrow)]
+    parts: Vec<GemPart<'a>>,
+}
+
+#[derive(Deserialize)]
+struct GemPart<'a> {
+    #[serde(default, borrow)]
+    text: Option<Str<'a>>,
+    #[serde(default)]
+    thought: Option<bool>,
+    #[serde(default, rename = "functionCall")]
+    function_call: Option<Value>,
+}
+
+/// Gemini stream events → OpenAI chat chunks, written by hand: every chunk starts with the
+/// same id, created time and model.
 pub struct GeminiToChat {
+    prefix: String,
     id: String,
     created: u64,
     model: String,
@@ -25,7 +70,8 @@ pub struct GeminiToChat {
 impl GeminiToChat {
     /// `model` names the chunks until the provider names its model version.
     pub fn new(created: u64, include_usage: bool, model: &str) -> Self {
-        GeminiToChat {
+        let mut t = GeminiToChat {
+            prefix: String::new(),
             id: "chatcmpl-gemini".into(),
             created,
             model: model.to_owned(),
@@ -35,13 +81,35 @@ impl GeminiToChat {
             finish: None,
             usage: None,
             done: false,
-        }
+        };
+        t.set_prefix();
+        t
     }
 
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> Event {
-        let v = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
-        (None, v.to_string())
+    fn set_prefix(&mut self) {
+        let mut o = Out::with_capacity(128);
+        o.raw(r#"{"id":"#).str(&self.id).raw(r#","object":"chat.completion.chunk","created":"#).num(self.created);
+        o.raw(r#","model":"#).str(&self.model).raw(r#","choices":[{"index":0,"delta":"#);
+        self.prefix = o.0;
+    }
+
+    /// A chunk of `delta` (JSON text), finishing with `finish` if given.
+    fn chunk(&self, delta: &str, finish: Option<&str>) -> Event {
+        let mut o = Out::with_capacity(self.prefix.len() + delta.len() + 48);
+        o.raw(&self.prefix).raw(delta).raw(r#","finish_reason":"#);
+        match finish {
+            Some(f) => o.str(f),
+            None => o.raw("null"),
+        };
+        o.raw("}]}");
+        (None, o.0)
+    }
+
+    fn start(&mut self, out: &mut Vec<Event>) {
+        if !self.started {
+            out.push(self.chunk(r#"{"role":"assistant","content":""}"#, None));
+            self.started = true;
+        }
     }
 }
 
@@ -50,45 +118,52 @@ impl Translate for GeminiToChat {
         if self.done {
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(data) else { return };
-        if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+        let Ok(v) = serde_json::from_str::<GemEvent<'_>>(data) else { return };
+        if let Some(e) = v.error.as_ref().filter(|e| !e.is_null()) {
             let code = str_of(e, "status").unwrap_or("upstream_stream_error").to_owned();
             let message = str_of(e, "message").unwrap_or("the upstream stream failed").to_owned();
             self.error(&code, &message, out);
             return;
         }
         if !self.started {
-            if let Some(id) = str_of(&v, "responseId") {
+            let renamed = v.response_id.is_some() || v.model_version.is_some();
+            if let Some(id) = &v.response_id {
                 self.id = format!("chatcmpl-{id}");
             }
-            if let Some(m) = str_of(&v, "modelVersion") {
-                self.model = m.to_owned();
+            if let Some(m) = &v.model_version {
+                self.model = m.to_string();
             }
-            out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
-            self.started = true;
+            if renamed {
+                self.set_prefix();
+            }
+            self.start(out);
         }
-        let candidate = v.pointer("/candidates/0");
-        for p in candidate.and_then(|c| c.pointer("/content/parts")).and_then(Value::as_array).into_iter().flatten() {
-            if let Some(f) = p.get("functionCall") {
+        let candidate = v.candidates.first();
+        for p in candidate.and_then(|c| c.content.as_ref()).map(|c| c.parts.as_slice()).unwrap_or_default() {
+            if let Some(f) = &p.function_call {
                 let id = call_id(str_of(f, "id"), self.calls);
-                let args = f.get("args").cloned().unwrap_or_else(|| json!({}));
-                let delta = json!({"tool_calls": [{"index": self.calls, "id": id, "type": "function",
-                    "function": {"name": str_of(f, "name").unwrap_or(""), "arguments": args.to_string()}}]});
+                let args = f.get("args").map_or_else(|| "{}".to_owned(), Value::to_string);
+                let mut d = Out::with_capacity(96 + args.len());
+                d.raw(r#"{"tool_calls":[{"index":"#).num(self.calls as u64).raw(r#","id":"#).str(&id);
+                d.raw(r#","type":"function","function":{"name":"#).str(str_of(f, "name").unwrap_or(""));
+                d.raw(r#","arguments":"#).str(&args).raw("}}]}");
                 self.calls += 1;
-                out.push(self.chunk(delta, None));
-            } else if let Some(t) = str_of(p, "text").filter(|t| !t.is_empty()) {
-                let key = if p.get("thought") == Some(&Value::Bool(true)) { "reasoning_content" } else { "content" };
-                out.push(self.chunk(json!({ key: t }), None));
+                out.push(self.chunk(&d.0, None));
+            } else if let Some(t) = p.text.as_deref().filter(|t| !t.is_empty()) {
+                let key = if p.thought == Some(true) { r#"{"reasoning_content":"# } else { r#"{"content":"# };
+                let mut d = Out::with_capacity(t.len() + 24);
+                d.raw(key).str(t).raw("}");
+                out.push(self.chunk(&d.0, None));
             }
         }
-        if let Some(r) = candidate.and_then(|c| str_of(c, "finishReason")) {
+        if let Some(r) = candidate.and_then(|c| c.finish_reason.as_deref()) {
             self.finish = Some(r.to_owned());
         }
-        if v.pointer("/promptFeedback/blockReason").is_some() {
+        if v.prompt_feedback.as_ref().is_some_and(|f| f.get("blockReason").is_some()) {
             self.finish = Some("SAFETY".into());
         }
-        if let Some(u) = v.get("usageMetadata") {
-            self.usage = Some(u.clone());
+        if let Some(u) = v.usage {
+            self.usage = Some(u);
         }
     }
 
@@ -96,11 +171,9 @@ impl Translate for GeminiToChat {
         if self.done {
             return;
         }
-        if !self.started {
-            out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
-        }
+        self.start(out);
         let reason = chat_finish(self.finish.as_deref().unwrap_or("STOP"), self.calls > 0);
-        out.push(self.chunk(json!({}), Some(reason)));
+        out.push(self.chunk("{}", Some(reason)));
         if self.include_usage
             && let Some(u) = &self.usage
         {
@@ -152,6 +225,7 @@ impl ChatToGemini {
         }
     }
 
+    /// The last event: the calls gathered, why it finished, and the usage.
     fn event(&self, parts: Vec<Value>, finish: Option<&str>) -> Event {
         let mut candidate = json!({"content": {"role": "model", "parts": parts}, "index": 0});
         if let Some(f) = finish {
@@ -186,18 +260,22 @@ impl Translate for ChatToGemini {
             self.finish = Some(f.to_owned());
         }
         let Some(delta) = choice.delta.as_ref() else { return };
-        let mut parts = Vec::new();
-        if let Some(r) = delta.reasoning_content.as_deref().filter(|r| !r.is_empty()) {
-            parts.push(json!({"text": r, "thought": true}));
+        // Text as it comes, written by hand (the common event).
+        let mut parts = Out::with_capacity(64);
+        for (text, thought) in [
+            (delta.reasoning_content.as_deref(), true),
+            (delta.content.as_deref(), false),
+            (delta.refusal.as_deref(), false),
+        ] {
+            let Some(t) = text.filter(|t| !t.is_empty()) else { continue };
+            parts.raw(if parts.0.is_empty() { r#"{"text":"# } else { r#",{"text":"# }).str(t);
+            parts.raw(if thought { r#","thought":true}"# } else { "}" });
         }
-        if let Some(t) = delta.content.as_deref().filter(|t| !t.is_empty()) {
-            parts.push(json!({ "text": t }));
-        }
-        if let Some(r) = delta.refusal.as_deref().filter(|r| !r.is_empty()) {
-            parts.push(json!({ "text": r }));
-        }
-        if !parts.is_empty() {
-            out.push(self.event(parts, None));
+        if !parts.0.is_empty() {
+            let mut o = Out::with_capacity(parts.0.len() + self.model.len() + self.id.len() + 96);
+            o.raw(r#"{"candidates":[{"content":{"role":"model","parts":["#).raw(&parts.0);
+            o.raw(r#"]},"index":0}],"modelVersion":"#).str(&self.model).raw(r#","responseId":"#).str(&self.id).raw("}");
+            out.push((None, o.0));
         }
         for c in delta.tool_calls.iter().flatten() {
             let f = c.function.as_ref();
