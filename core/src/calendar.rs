@@ -20,8 +20,8 @@ pub enum DailyReset {
 const DAY_MS: i64 = 86_400_000;
 const HOUR_MS: i64 = 3_600_000;
 
-/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+/// Days since 1970-01-01 of a civil date (proleptic Gregorian; Howard Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
@@ -31,16 +31,22 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// The civil year of a day count.
-fn year_of(days: i64) -> i64 {
+/// The civil date (year, month, day) of a day count since 1970-01-01.
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
     let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    yoe + era * 400 + i64::from(m <= 2)
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// The civil year of a day count.
+fn year_of(days: i64) -> i64 {
+    civil_from_days(days).0
 }
 
 /// The day count of the `n`-th Sunday (1-based) of month `m` in year `y`.
@@ -153,9 +159,9 @@ mod tests {
     }
 
     #[test]
-    fn year_of_inverts_days_from_civil() {
+    fn civil_from_days_inverts_days_from_civil() {
         for (y, m, d) in [(1970, 1, 1), (2000, 2, 29), (2026, 12, 31), (2027, 1, 1), (2100, 3, 1)] {
-            assert_eq!(year_of(days_from_civil(y, m, d)), y, "{y}-{m}-{d}");
+            assert_eq!(civil_from_days(days_from_civil(y, m, d)), (y, m, d), "{y}-{m}-{d}");
         }
     }
 }

@@ -275,24 +275,17 @@ fn finite_secs(secs: f64) -> Option<Duration> {
     if secs.is_finite() && secs > 0.0 { Some(Duration::from_secs_f64(secs.min(MAX_HINT.as_secs_f64()))) } else { None }
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (i64::from(m) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 #[allow(clippy::too_many_arguments)] // one calendar field each, as the formats spell them
 fn to_unix_ms(y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, frac_ms: u32, offset_s: i64) -> Option<u64> {
     // Years past 9999 are nobody's reset time (and would overflow the day count).
     if !(1970..=9999).contains(&y) || !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
         return None;
     }
-    let secs = days_from_civil(y, mo, d) * 86_400 + i64::from(h) * 3600 + i64::from(mi) * 60 + i64::from(s) - offset_s;
+    let secs = crate::calendar::days_from_civil(y, i64::from(mo), i64::from(d)) * 86_400
+        + i64::from(h) * 3600
+        + i64::from(mi) * 60
+        + i64::from(s)
+        - offset_s;
     u64::try_from(secs).ok()?.checked_mul(1000)?.checked_add(u64::from(frac_ms))
 }
 

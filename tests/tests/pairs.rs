@@ -12,46 +12,12 @@ use proxy::Persistence;
 use scenarios::{Behaviour, Script, ScriptedUpstream};
 use serde_json::{Value, json};
 
-const FOUR_FORMATS: &str = r#"
+/// A client key, and a combo that starts on an overloaded Gemini provider; the providers are
+/// `TWO_FORMATS` and `NEW_FORMATS`, one of each format.
+const EXTRA: &str = r#"
 [[keys]]
 id = "team"
 key = "team-key-0001"
-[[providers]]
-id = "oai"
-format = "openai"
-base_url = "{UP}"
-models = ["tools", "failing"]
-[[connections]]
-id = "oai-1"
-provider = "oai"
-api_key = "sk-oai"
-[[providers]]
-id = "ant"
-format = "anthropic"
-base_url = "{UP}"
-models = ["tools", "failing"]
-[[connections]]
-id = "ant-1"
-provider = "ant"
-api_key = "sk-ant"
-[[providers]]
-id = "rsp"
-format = "responses"
-base_url = "{UP}"
-models = ["tools", "failing"]
-[[connections]]
-id = "rsp-1"
-provider = "rsp"
-api_key = "sk-rsp"
-[[providers]]
-id = "gem"
-format = "gemini"
-base_url = "{UP}"
-models = ["tools", "failing"]
-[[connections]]
-id = "gem-1"
-provider = "gem"
-api_key = "sk-gem"
 [[combos]]
 name = "gem-first"
 targets = ["gem/failing", "oai/tools"]
@@ -71,7 +37,7 @@ async fn four() -> (Upstream, Running) {
             .route("failing", Script::always(unavailable)),
     )
     .await;
-    let gw = start(config(FOUR_FORMATS, &up), Persistence::Memory).await;
+    let gw = start(config(&format!("{EXTRA}{TWO_FORMATS}{NEW_FORMATS}"), &up), Persistence::Memory).await;
     (up, gw)
 }
 

@@ -208,6 +208,16 @@ impl Cx<'_> {
         d
     }
 
+    /// Time until the provider's daily quotas reset: the shell's calendar, else midnight UTC (a
+    /// day if the wall clock is unknown too); never more than a day.
+    fn until_daily_reset(&self) -> Duration {
+        self.input
+            .until_daily_reset
+            .or_else(|| self.input.wall_now_ms.map(crate::hint::until_midnight_utc))
+            .unwrap_or(Duration::from_secs(86_400))
+            .min(Duration::from_secs(86_400))
+    }
+
     /// A Google rule's decision: model-scoped locks for quotas and denied models (a Gemini key's
     /// quotas are per model), provider-level for an overloaded service, terminal for a bad key.
     fn google(&self, r: &google::GoogleRule) -> Decision {
@@ -219,12 +229,7 @@ impl Cx<'_> {
         };
         let mut d = match r.effect {
             google::Effect::DailyQuota => {
-                let wait = self
-                    .input
-                    .until_daily_reset
-                    .or_else(|| self.input.wall_now_ms.map(crate::hint::until_midnight_utc))
-                    .unwrap_or(Duration::from_secs(86_400))
-                    .min(Duration::from_secs(86_400));
+                let wait = self.until_daily_reset();
                 let mut d = model_lock(self.base(r.reason, true, ConnectionEffect::None), Some(wait));
                 d.client_retry_after = Some(wait);
                 d
@@ -368,14 +373,7 @@ impl Cx<'_> {
         }
         // g. A daily quota: until the daily reset.
         if use_quota_signal && text::is_daily_quota_exhausted(&self.sig) {
-            // Without the shell's calendar, the quota resets at midnight UTC (a day if the wall
-            // clock is unknown too).
-            let wait = self
-                .input
-                .until_daily_reset
-                .or_else(|| self.input.wall_now_ms.map(crate::hint::until_midnight_utc))
-                .unwrap_or(Duration::from_secs(86_400))
-                .min(Duration::from_secs(86_400));
+            let wait = self.until_daily_reset();
             let mut d = self.fixed(Reason::QuotaExhausted, wait);
             d.client_retry_after = Some(wait);
             return Some(d);

@@ -172,30 +172,12 @@ impl Inbound {
         id: &str,
         created: u64,
     ) -> Result<Self, Untranslatable> {
-        let (Translated { body: chat, dropped }, untranslated) = split(responses::request(body))?;
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        Ok(Inbound {
-            api: ClientApi::Responses,
-            tools: chat.get("tools").and_then(Value::as_array).map_or(0, Vec::len),
-            body: JsonBody::parsed(chat),
-            raw: None,
-            native: Some(raw),
-            url_model: None,
-            stream,
-            include_usage: true,
-            headers,
-            query: None,
-            responses: Some(ResponseBuilder::new(id, created, body)),
-            dropped,
-            untranslated,
-            created,
-            session: None,
-            session_ttl: std::time::Duration::ZERO,
-        })
+        let mut inb = Self::native(ClientApi::Responses, raw, stream, headers, created);
+        inb.responses = Some(ResponseBuilder::new(id, created, body));
+        inb.with_chat(responses::request(body))
     }
-}
 
-impl Inbound {
     /// A Gemini request for `model` (from the URL): translated to chat now; `stream` is the
     /// method called.
     pub fn gemini(
@@ -206,29 +188,10 @@ impl Inbound {
         headers: ApiHeaders,
         created: u64,
     ) -> Result<Self, Untranslatable> {
-        let (Translated { body: chat, dropped }, untranslated) = split(gemini_chat::request(body, model, stream))?;
-        Ok(Inbound {
-            api: ClientApi::Gemini,
-            tools: chat.get("tools").and_then(Value::as_array).map_or(0, Vec::len),
-            body: JsonBody::parsed(chat),
-            raw: None,
-            native: Some(raw),
-            url_model: Some(model.to_owned()),
-            stream,
-            include_usage: true,
-            headers,
-            query: None,
-            responses: None,
-            dropped,
-            untranslated,
-            created,
-            session: None,
-            session_ttl: std::time::Duration::ZERO,
-        })
+        let inb = Self::gemini_native(0, raw, model, stream, headers, created);
+        inb.with_chat(gemini_chat::request(body, model, stream))
     }
-}
 
-impl Inbound {
     /// A Gemini request that only Gemini-format providers will see, declaring `tools`
     /// functions: never translated (its `body` is `null`; it goes as the client sent it).
     pub fn gemini_native(
@@ -239,13 +202,19 @@ impl Inbound {
         headers: ApiHeaders,
         created: u64,
     ) -> Self {
+        let inb = Self::native(ClientApi::Gemini, raw, stream, headers, created);
+        Inbound { tools, url_model: Some(model.to_owned()), ..inb }
+    }
+
+    /// A request of `api` in the client's own bytes, not (yet) translated to chat.
+    fn native(api: ClientApi, raw: Bytes, stream: bool, headers: ApiHeaders, created: u64) -> Self {
         Inbound {
-            api: ClientApi::Gemini,
-            tools,
+            api,
+            tools: 0,
             body: JsonBody::parsed(Value::Null),
             raw: None,
             native: Some(raw),
-            url_model: Some(model.to_owned()),
+            url_model: None,
             stream,
             include_usage: true,
             headers,
@@ -258,16 +227,21 @@ impl Inbound {
             session_ttl: std::time::Duration::ZERO,
         }
     }
-}
 
-/// A translation to chat, or why there is none: a request its own API does not allow is
-/// refused at once; one that only chat cannot express may still go to a provider of the
-/// client's own format.
-fn split(t: Result<Translated, Untranslatable>) -> Result<(Translated, Option<Untranslatable>), Untranslatable> {
-    match t {
-        Ok(t) => Ok((t, None)),
-        Err(u) if u.kind == Cause::Invalid => Err(u),
-        Err(u) => Ok((Translated { body: Value::Null, dropped: Vec::new() }, Some(u))),
+    /// With its chat translation, or why it has none: a request its own API does not allow is
+    /// refused at once; one that only chat cannot express may still go to a provider of the
+    /// client's own format.
+    fn with_chat(self, t: Result<Translated, Untranslatable>) -> Result<Self, Untranslatable> {
+        match t {
+            Ok(Translated { body, dropped }) => Ok(Inbound {
+                tools: body.get("tools").and_then(Value::as_array).map_or(0, Vec::len),
+                body: JsonBody::parsed(body),
+                dropped,
+                ..self
+            }),
+            Err(u) if u.kind == Cause::Invalid => Err(u),
+            Err(u) => Ok(Inbound { untranslated: Some(u), ..self }),
+        }
     }
 }
 

@@ -8,42 +8,10 @@ use super::{
 };
 use serde_json::{Map, Value, json};
 
-/// Fields of a chat request that carry over or are handled below; any other field is refused.
-const KNOWN: &[&str] = &[
-    "model",
-    "messages",
-    "max_tokens",
-    "max_completion_tokens",
-    "temperature",
-    "top_p",
-    "stop",
-    "stream",
-    "stream_options",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "user",
-    "metadata",
-    "n",
-    "presence_penalty",
-    "frequency_penalty",
-    "logprobs",
-    "top_logprobs",
-    "logit_bias",
-    "response_format",
-    "reasoning_effort",
-    "store",
-    "service_tier",
-    "prompt_cache_key",
-    "safety_identifier",
-    "seed",
-    "verbosity",
-];
-
 /// Chat request → Messages request.
 pub fn request(chat: &Value) -> Result<Translated, Untranslatable> {
     let Some(obj) = chat.as_object() else { return Err(Untranslatable::new("body", "must be a JSON object")) };
-    if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+    if let Some(k) = obj.keys().find(|k| !super::CHAT_FIELDS.contains(&k.as_str())) {
         return Err(Untranslatable::new(k.as_str(), "the Anthropic Messages API has no such field"));
     }
     refuse_unless(obj, "n", |v| v.as_u64() == Some(1), "Anthropic returns one choice per request")?;

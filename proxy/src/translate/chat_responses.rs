@@ -3,47 +3,15 @@
 //! object back to a chat completion, and the Responses event stream to chat chunks. Ferroute
 //! keeps no responses, so it asks the provider not to store them either (`store: false`).
 
-use super::stream::{Event, Translate, chat_error};
+use super::stream::{ChunkPrefix, Event, Translate, chat_error};
 use super::wire::Out;
 use super::{Translated, Untranslatable, joined_text, refuse_unless, str_of};
 use serde_json::{Map, Value, json};
 
-/// Fields of a chat request that carry over or are handled below; any other field is refused.
-const KNOWN: &[&str] = &[
-    "model",
-    "messages",
-    "max_tokens",
-    "max_completion_tokens",
-    "temperature",
-    "top_p",
-    "stop",
-    "stream",
-    "stream_options",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "user",
-    "metadata",
-    "n",
-    "presence_penalty",
-    "frequency_penalty",
-    "logprobs",
-    "top_logprobs",
-    "logit_bias",
-    "response_format",
-    "reasoning_effort",
-    "store",
-    "service_tier",
-    "prompt_cache_key",
-    "safety_identifier",
-    "seed",
-    "verbosity",
-];
-
 /// Chat request → Responses request.
 pub fn request(chat: &Value) -> Result<Translated, Untranslatable> {
     let Some(obj) = chat.as_object() else { return Err(Untranslatable::new("body", "must be a JSON object")) };
-    if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+    if let Some(k) = obj.keys().find(|k| !super::CHAT_FIELDS.contains(&k.as_str())) {
         return Err(Untranslatable::new(k.as_str(), "the Responses API has no such field"));
     }
     refuse_unless(obj, "n", |v| v.as_u64() == Some(1), "the Responses API returns one answer per request")?;
@@ -309,7 +277,7 @@ pub fn response(body: &[u8], created: u64) -> Result<Vec<u8>, serde_json::Error>
 /// Responses API events → OpenAI chat chunks (written by hand: every chunk starts with the
 /// same id, created time and model).
 pub struct ResponsesToChat {
-    prefix: String,
+    prefix: ChunkPrefix,
     id: String,
     model: String,
     created: u64,
@@ -324,7 +292,7 @@ impl ResponsesToChat {
     /// `include_usage`: the client asked for a usage chunk.
     pub fn new(created: u64, include_usage: bool) -> Self {
         let mut t = ResponsesToChat {
-            prefix: String::new(),
+            prefix: ChunkPrefix::default(),
             id: "chatcmpl-responses".into(),
             model: String::new(),
             created,
@@ -338,29 +306,15 @@ impl ResponsesToChat {
     }
 
     fn set_prefix(&mut self) {
-        let mut o = Out::with_capacity(128);
-        o.raw(r#"{"id":"#).str(&self.id).raw(r#","object":"chat.completion.chunk","created":"#).num(self.created);
-        o.raw(r#","model":"#).str(&self.model).raw(r#","choices":[{"index":0,"delta":"#);
-        self.prefix = o.0;
+        self.prefix = ChunkPrefix::new(&self.id, self.created, &self.model);
     }
 
-    /// A chunk of `delta` (JSON text), finishing with `finish` if given.
     fn chunk(&self, delta: &str, finish: Option<&str>) -> Event {
-        let mut o = Out::with_capacity(self.prefix.len() + delta.len() + 48);
-        o.raw(&self.prefix).raw(delta).raw(r#","finish_reason":"#);
-        match finish {
-            Some(f) => o.str(f),
-            None => o.raw("null"),
-        };
-        o.raw("}]}");
-        (None, o.0)
+        self.prefix.chunk(delta, finish)
     }
 
-    /// A delta of one string field.
     fn text(&self, key: &str, text: &str) -> Event {
-        let mut d = Out::with_capacity(text.len() + key.len() + 8);
-        d.raw("{\"").raw(key).raw("\":").str(text).raw("}");
-        self.chunk(&d.0, None)
+        self.prefix.text(key, text)
     }
 
     fn start(&mut self, r: Option<&Value>, out: &mut Vec<Event>) {

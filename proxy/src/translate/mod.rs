@@ -110,6 +110,39 @@ impl Translated {
     }
 }
 
+/// Fields of a chat request that the translations to other formats carry over or handle; any
+/// other field is refused.
+pub(crate) const CHAT_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "stream",
+    "stream_options",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "user",
+    "metadata",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+    "logprobs",
+    "top_logprobs",
+    "logit_bias",
+    "response_format",
+    "reasoning_effort",
+    "store",
+    "service_tier",
+    "prompt_cache_key",
+    "safety_identifier",
+    "seed",
+    "verbosity",
+];
+
 /// The default `max_tokens` when a chat request names none (Anthropic requires one).
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 

@@ -7,7 +7,7 @@
 
 use super::ClientApi;
 use super::str_of;
-use super::wire::ChatCompletion;
+use super::wire::{ChatCompletion, Out};
 use serde_json::{Value, json};
 
 /// One SSE event: the `event:` name, if any, and the `data:` payload.
@@ -95,6 +95,40 @@ impl<A: Translate, B: Translate> Translate for Chain<A, B> {
 
     fn error(&mut self, code: &str, message: &str, out: &mut Vec<Event>) {
         self.second.error(code, message, out);
+    }
+}
+
+/// Chat chunks written by hand: the id, created time and model every chunk of a stream
+/// starts with, written once.
+#[derive(Debug, Default)]
+pub(crate) struct ChunkPrefix(String);
+
+impl ChunkPrefix {
+    /// The prefix of chunks with these fields.
+    pub(crate) fn new(id: &str, created: u64, model: &str) -> Self {
+        let mut o = Out::with_capacity(128);
+        o.raw(r#"{"id":"#).str(id).raw(r#","object":"chat.completion.chunk","created":"#).num(created);
+        o.raw(r#","model":"#).str(model).raw(r#","choices":[{"index":0,"delta":"#);
+        ChunkPrefix(o.0)
+    }
+
+    /// A chunk of `delta` (JSON text), finishing with `finish` if given.
+    pub(crate) fn chunk(&self, delta: &str, finish: Option<&str>) -> Event {
+        let mut o = Out::with_capacity(self.0.len() + delta.len() + 48);
+        o.raw(&self.0).raw(delta).raw(r#","finish_reason":"#);
+        match finish {
+            Some(f) => o.str(f),
+            None => o.raw("null"),
+        };
+        o.raw("}]}");
+        (None, o.0)
+    }
+
+    /// A chunk whose delta is one string field.
+    pub(crate) fn text(&self, key: &str, text: &str) -> Event {
+        let mut d = Out::with_capacity(text.len() + key.len() + 8);
+        d.raw("{\"").raw(key).raw("\":").str(text).raw("}");
+        self.chunk(&d.0, None)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::chat_gemini::{call_id, chat_usage, finish_reason as chat_finish};
 use super::gemini_chat::{finish_reason as gemini_finish, usage_metadata};
-use super::stream::{Event, Translate, chat_chunk, chat_error, gemini_error};
+use super::stream::{ChunkPrefix, Event, Translate, chat_chunk, chat_error, gemini_error};
 use super::wire::{ChatUsage, Out, Str};
 use super::{parse_arguments, str_of};
 use serde::Deserialize;
@@ -55,7 +55,7 @@ struct GemPart<'a> {
 /// Gemini stream events → OpenAI chat chunks, written by hand: every chunk starts with the
 /// same id, created time and model.
 pub struct GeminiToChat {
-    prefix: String,
+    prefix: ChunkPrefix,
     id: String,
     created: u64,
     model: String,
@@ -71,7 +71,7 @@ impl GeminiToChat {
     /// `model` names the chunks until the provider names its model version.
     pub fn new(created: u64, include_usage: bool, model: &str) -> Self {
         let mut t = GeminiToChat {
-            prefix: String::new(),
+            prefix: ChunkPrefix::default(),
             id: "chatcmpl-gemini".into(),
             created,
             model: model.to_owned(),
@@ -87,22 +87,11 @@ impl GeminiToChat {
     }
 
     fn set_prefix(&mut self) {
-        let mut o = Out::with_capacity(128);
-        o.raw(r#"{"id":"#).str(&self.id).raw(r#","object":"chat.completion.chunk","created":"#).num(self.created);
-        o.raw(r#","model":"#).str(&self.model).raw(r#","choices":[{"index":0,"delta":"#);
-        self.prefix = o.0;
+        self.prefix = ChunkPrefix::new(&self.id, self.created, &self.model);
     }
 
-    /// A chunk of `delta` (JSON text), finishing with `finish` if given.
     fn chunk(&self, delta: &str, finish: Option<&str>) -> Event {
-        let mut o = Out::with_capacity(self.prefix.len() + delta.len() + 48);
-        o.raw(&self.prefix).raw(delta).raw(r#","finish_reason":"#);
-        match finish {
-            Some(f) => o.str(f),
-            None => o.raw("null"),
-        };
-        o.raw("}]}");
-        (None, o.0)
+        self.prefix.chunk(delta, finish)
     }
 
     fn start(&mut self, out: &mut Vec<Event>) {
@@ -150,10 +139,8 @@ impl Translate for GeminiToChat {
                 self.calls += 1;
                 out.push(self.chunk(&d.0, None));
             } else if let Some(t) = p.text.as_deref().filter(|t| !t.is_empty()) {
-                let key = if p.thought == Some(true) { r#"{"reasoning_content":"# } else { r#"{"content":"# };
-                let mut d = Out::with_capacity(t.len() + 24);
-                d.raw(key).str(t).raw("}");
-                out.push(self.chunk(&d.0, None));
+                let key = if p.thought == Some(true) { "reasoning_content" } else { "content" };
+                out.push(self.prefix.text(key, t));
             }
         }
         if let Some(r) = candidate.and_then(|c| c.finish_reason.as_deref()) {
