@@ -401,7 +401,10 @@ pub fn answer(inb: &Inbound, format: Format, body: Bytes) -> Result<Bytes, Strin
             Some(builder) => Ok(Bytes::from(builder.clone().from_chat(&parsed()?).to_string())),
             None => Ok(chat),
         },
-        ClientApi::Gemini => Ok(Bytes::from(gemini_chat::response(&parsed()?, model).to_string())),
+        ClientApi::Gemini if !chat.trim_ascii_start().starts_with(b"{") => {
+            Err("the answer is not a JSON object".into())
+        }
+        ClientApi::Gemini => Ok(Bytes::from(gemini_chat::response(&chat, model).map_err(bad)?)),
     }
 }
 

@@ -2,6 +2,7 @@
 //! API): the request to `generateContent`'s body (the model goes in the URL, not the body), and
 //! the `GenerateContentResponse` back to a chat completion.
 
+use super::wire::{GemAnswer, Out};
 use super::{Translated, Untranslatable, budget_for_effort, joined_text, parse_arguments, refuse_unless, str_of};
 use serde_json::{Map, Value, json};
 
@@ -306,52 +307,57 @@ pub fn call_id(given: Option<&str>, k: usize) -> String {
     }
 }
 
-/// Gemini answer → chat completion.
+/// Gemini answer → chat completion (read typed, written by hand).
 pub fn response(body: &[u8], created: u64, model: &str) -> Result<Vec<u8>, serde_json::Error> {
-    let v: Value = serde_json::from_slice(body)?;
-    if !v.is_object() {
+    if !body.trim_ascii_start().starts_with(b"{") {
         return Err(serde::de::Error::custom("a Gemini answer is a JSON object"));
     }
-    let candidate = v.pointer("/candidates/0");
+    let v: GemAnswer<'_> = serde_json::from_slice(body)?;
+    let candidate = v.candidates.first();
+    let parts = candidate.and_then(|c| c.content.as_ref()).map(|c| c.parts.as_slice()).unwrap_or_default();
     let mut text = String::new();
     let mut reasoning = String::new();
-    let mut calls = Vec::new();
-    for p in candidate.and_then(|c| c.pointer("/content/parts")).and_then(Value::as_array).into_iter().flatten() {
-        if let Some(f) = p.get("functionCall") {
-            let id = call_id(str_of(f, "id"), calls.len());
-            let args = f.get("args").cloned().unwrap_or_else(|| json!({}));
-            calls.push(json!({"id": id, "type": "function",
-                "function": {"name": str_of(f, "name").unwrap_or(""), "arguments": args.to_string()}}));
-        } else if let Some(t) = str_of(p, "text") {
-            if p.get("thought") == Some(&Value::Bool(true)) {
-                reasoning.push_str(t);
-            } else {
-                text.push_str(t);
-            }
+    let mut calls = Out::with_capacity(64);
+    let mut n = 0;
+    for p in parts {
+        if let Some(f) = &p.function_call {
+            let args = f.get("args").map_or_else(|| "{}".to_owned(), Value::to_string);
+            calls.raw(if n == 0 { r#"[{"id":"# } else { r#",{"id":"# }).str(&call_id(str_of(f, "id"), n));
+            calls.raw(r#","type":"function","function":{"name":"#).str(str_of(f, "name").unwrap_or(""));
+            calls.raw(r#","arguments":"#).str(&args).raw("}}");
+            n += 1;
+        } else if let Some(t) = p.text.as_deref() {
+            if p.thought == Some(true) { reasoning.push_str(t) } else { text.push_str(t) }
         }
     }
-    let blocked = v.pointer("/promptFeedback/blockReason").and_then(Value::as_str);
-    let reason = candidate.and_then(|c| str_of(c, "finishReason")).or(blocked.map(|_| "SAFETY")).unwrap_or("STOP");
-    let finish = finish_reason(reason, !calls.is_empty());
-    let mut message = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { text.into() }});
-    if !calls.is_empty() {
-        message["tool_calls"] = Value::Array(calls);
+    let blocked = v.prompt_feedback.as_ref().and_then(|f| str_of(f, "blockReason"));
+    let reason = candidate.and_then(|c| c.finish_reason.as_deref()).or(blocked.map(|_| "SAFETY")).unwrap_or("STOP");
+    let finish = finish_reason(reason, n > 0);
+    let mut o = Out::with_capacity(body.len() + 256);
+    o.raw(r#"{"id":"chatcmpl-"#);
+    // The id's quoted form, without its opening quote (it follows the prefix).
+    let mut id = Out::default();
+    id.str(v.response_id.as_deref().unwrap_or("gemini"));
+    o.raw(&id.0[1..]).raw(r#","object":"chat.completion","created":"#).num(created);
+    o.raw(r#","model":"#).str(v.model_version.as_deref().unwrap_or(model));
+    o.raw(r#","choices":[{"index":0,"message":{"role":"assistant","content":"#);
+    match (text.is_empty(), n > 0) {
+        (true, true) => o.raw("null"),
+        _ => o.str(&text),
+    };
+    if n > 0 {
+        o.raw(r#","tool_calls":"#).raw(&calls.0).raw("]");
     }
     if !reasoning.is_empty() {
-        message["reasoning_content"] = reasoning.into();
+        o.raw(r#","reasoning_content":"#).str(&reasoning);
     }
     if finish == "content_filter" {
-        message["refusal"] = format!("Gemini blocked the answer ({})", blocked.unwrap_or(reason)).into();
+        o.raw(r#","refusal":"#).str(&format!("Gemini blocked the answer ({})", blocked.unwrap_or(reason)));
     }
-    let mut out = json!({
-        "id": format!("chatcmpl-{}", str_of(&v, "responseId").unwrap_or("gemini")),
-        "object": "chat.completion",
-        "created": created,
-        "model": str_of(&v, "modelVersion").unwrap_or(model),
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-    });
-    if let Some(u) = v.get("usageMetadata") {
-        out["usage"] = chat_usage(u);
+    o.raw(r#"},"finish_reason":"#).str(finish).raw("}]");
+    if let Some(u) = &v.usage {
+        o.raw(r#","usage":"#).raw(&chat_usage(u).to_string());
     }
-    serde_json::to_vec(&out)
+    o.raw("}");
+    Ok(o.0.into_bytes())
 }

@@ -4,7 +4,8 @@
 //! spelling (`systemInstruction`) and in its proto spelling (`system_instruction`), as the real
 //! API accepts both.
 
-use super::wire::ChatUsage;
+use super::gemini_names::{json_schema, normalised, proto_spelled};
+use super::wire::{ChatCompletion, ChatUsage, Out};
 use super::{Translated, Untranslatable, effort_for_budget, str_of};
 use serde_json::{Map, Value, json};
 
@@ -38,53 +39,17 @@ const CONFIG: &[&str] = &[
     "seed",
 ];
 
-/// The JSON spelling of a proto field name (`system_instruction` → `systemInstruction`).
-fn camel(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    let mut up = false;
-    for c in key.chars() {
-        match c {
-            '_' => up = true,
-            c if up => {
-                out.extend(c.to_uppercase());
-                up = false;
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A copy of `v` with every object key in its JSON spelling (schemas are left as they are).
-fn normalised(v: &Value, inside_schema: bool) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .map(|(k, v)| {
-                    let key = if inside_schema { k.clone() } else { camel(k) };
-                    let schema = inside_schema
-                        || matches!(
-                            key.as_str(),
-                            "parameters"
-                                | "parametersJsonSchema"
-                                | "responseSchema"
-                                | "responseJsonSchema"
-                                | "args"
-                                | "response"
-                        );
-                    (key, normalised(v, schema))
-                })
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(|v| normalised(v, inside_schema)).collect()),
-        other => other.clone(),
-    }
-}
-
 /// Gemini request → chat request for `model` (the model is in the URL); `stream` from the
 /// method called.
 pub fn request(body: &Value, model: &str, stream: bool) -> Result<Translated, Untranslatable> {
-    let body = normalised(body, false);
+    // Most clients send the JSON spelling: copied only when some key is in the proto one.
+    let owned;
+    let body = if proto_spelled(body, false) {
+        owned = normalised(body, false);
+        &owned
+    } else {
+        body
+    };
     let Some(obj) = body.as_object() else { return Err(Untranslatable::invalid("body", "must be a JSON object")) };
     if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(Untranslatable::new(k.as_str(), "this Gemini API field is not supported by Ferroute"));
@@ -275,22 +240,6 @@ fn result_text(r: &Value) -> String {
     }
 }
 
-/// A Gemini schema's types are upper case (`OBJECT`); JSON Schema's are lower case.
-fn json_schema(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .map(|(k, v)| match (k.as_str(), v) {
-                    ("type", Value::String(t)) => (k.clone(), Value::String(t.to_lowercase())),
-                    _ => (k.clone(), json_schema(v)),
-                })
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(json_schema).collect()),
-        other => other.clone(),
-    }
-}
-
 fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<(), Untranslatable> {
     let mut out = Vec::new();
     for (i, t) in obj.get("tools").and_then(Value::as_array).into_iter().flatten().enumerate() {
@@ -448,32 +397,41 @@ pub fn usage_metadata(u: &ChatUsage) -> Value {
     m
 }
 
-/// A chat completion → Gemini answer.
-pub fn response(chat: &Value, model: &str) -> Value {
-    let message = chat.pointer("/choices/0/message").unwrap_or(&Value::Null);
-    let mut parts = Vec::new();
-    if let Some(r) = str_of(message, "reasoning_content").filter(|r| !r.is_empty()) {
-        parts.push(json!({"text": r, "thought": true}));
+/// A chat completion (its bytes) → Gemini answer, read typed and written by hand.
+pub fn response(chat: &[u8], model: &str) -> Result<Vec<u8>, serde_json::Error> {
+    let c: ChatCompletion<'_> = serde_json::from_slice(chat)?;
+    let choice = c.choices.first();
+    let m = choice.and_then(|c| c.message.as_ref());
+    let mut parts = Out::with_capacity(chat.len() + 64);
+    let part = |o: &mut Out| {
+        o.raw(if o.0.is_empty() { "{" } else { ",{" });
+    };
+    if let Some(r) = m.and_then(|m| m.reasoning_content.as_deref()).filter(|r| !r.is_empty()) {
+        part(&mut parts);
+        parts.raw(r#""text":"#).str(r).raw(r#","thought":true}"#);
     }
-    if let Some(t) = str_of(message, "content").filter(|t| !t.is_empty()) {
-        parts.push(json!({"text": t}));
+    for t in [m.and_then(|m| m.content.as_deref()), m.and_then(|m| m.refusal.as_deref())].into_iter().flatten() {
+        if !t.is_empty() {
+            part(&mut parts);
+            parts.raw(r#""text":"#).str(t).raw("}");
+        }
     }
-    if let Some(r) = str_of(message, "refusal").filter(|r| !r.is_empty()) {
-        parts.push(json!({"text": r}));
+    for call in m.and_then(|m| m.tool_calls.as_ref()).into_iter().flatten() {
+        let f = call.function.as_ref();
+        let args = super::parse_arguments(f.and_then(|f| f.arguments.as_deref()).unwrap_or(""));
+        part(&mut parts);
+        parts.raw(r#""functionCall":{"id":"#).str(call.id.as_deref().unwrap_or(""));
+        parts.raw(r#","name":"#).str(f.and_then(|f| f.name.as_deref()).unwrap_or(""));
+        parts.raw(r#","args":"#).raw(&args.to_string()).raw("}}");
     }
-    for c in message.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-        let args = super::parse_arguments(c.pointer("/function/arguments").and_then(Value::as_str).unwrap_or(""));
-        parts.push(json!({"functionCall": {"id": str_of(c, "id").unwrap_or(""),
-            "name": c.pointer("/function/name").and_then(Value::as_str).unwrap_or(""), "args": args}}));
+    let finish = finish_reason(choice.and_then(|c| c.finish_reason.as_deref()).unwrap_or("stop"));
+    let mut o = Out::with_capacity(parts.0.len() + 256);
+    o.raw(r#"{"candidates":[{"content":{"role":"model","parts":["#).raw(&parts.0);
+    o.raw(r#"]},"finishReason":"#).str(finish).raw(r#","index":0}],"modelVersion":"#);
+    o.str(c.model.as_deref().unwrap_or(model)).raw(r#","responseId":"#).str(c.id.as_deref().unwrap_or(""));
+    if let Some(u) = &c.usage {
+        o.raw(r#","usageMetadata":"#).raw(&usage_metadata(u).to_string());
     }
-    let finish = chat.pointer("/choices/0/finish_reason").and_then(Value::as_str).unwrap_or("stop");
-    let mut out = json!({
-        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": finish_reason(finish), "index": 0}],
-        "modelVersion": str_of(chat, "model").unwrap_or(model),
-        "responseId": str_of(chat, "id").unwrap_or(""),
-    });
-    if let Some(u) = chat.get("usage").and_then(|u| serde_json::from_value::<ChatUsage>(u.clone()).ok()) {
-        out["usageMetadata"] = usage_metadata(&u);
-    }
-    out
+    o.raw("}");
+    Ok(o.0.into_bytes())
 }

@@ -140,7 +140,8 @@ fn a_gemini_answer_becomes_chat_and_back() {
         (chat["usage"]["prompt_tokens"].as_u64(), chat["usage"]["completion_tokens"].as_u64()),
         (Some(5), Some(10))
     );
-    let back = gemini_chat::response(&chat, "m");
+    let back: Value = serde_json::from_slice(&gemini_chat::response(chat.to_string().as_bytes(), "m").expect("gemini"))
+        .expect("json");
     assert_eq!(back["candidates"][0]["content"]["parts"][0], json!({"text": "thinking…", "thought": true}));
     assert_eq!(back["candidates"][0]["content"]["parts"][2]["functionCall"]["args"], json!({"a": 1}));
     assert_eq!(

@@ -13,6 +13,7 @@ pub mod chat_gemini;
 pub mod chat_messages;
 pub mod chat_responses;
 pub mod gemini_chat;
+mod gemini_names;
 pub mod messages_chat;
 pub mod passthrough;
 pub mod responses;

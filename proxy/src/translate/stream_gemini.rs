@@ -5,52 +5,9 @@
 use super::chat_gemini::{call_id, chat_usage, finish_reason as chat_finish};
 use super::gemini_chat::{finish_reason as gemini_finish, usage_metadata};
 use super::stream::{ChunkPrefix, Event, Translate, chat_chunk, chat_error, gemini_error};
-use super::wire::{ChatUsage, Out, Str};
+use super::wire::{ChatUsage, GemAnswer, Out};
 use super::{parse_arguments, str_of};
-use serde::Deserialize;
 use serde_json::{Value, json};
-
-/// One Gemini stream event, read for what the chat chunks need (strings borrowed from the
-/// event where they have no escapes).
-#[derive(Deserialize)]
-struct GemEvent<'a> {
-    #[serde(default, borrow)]
-    candidates: Vec<GemCandidate<'a>>,
-    #[serde(default, rename = "usageMetadata")]
-    usage: Option<Value>,
-    #[serde(default, rename = "responseId", borrow)]
-    response_id: Option<Str<'a>>,
-    #[serde(default, rename = "modelVersion", borrow)]
-    model_version: Option<Str<'a>>,
-    #[serde(default, rename = "promptFeedback")]
-    prompt_feedback: Option<Value>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct GemCandidate<'a> {
-    #[serde(default, borrow)]
-    content: Option<GemContent<'a>>,
-    #[serde(default, rename = "finishReason", borrow)]
-    finish_reason: Option<Str<'a>>,
-}
-
-#[derive(Deserialize)]
-struct GemContent<'a> {
-    #[serde(default, borrow)]
-    parts: Vec<GemPart<'a>>,
-}
-
-#[derive(Deserialize)]
-struct GemPart<'a> {
-    #[serde(default, borrow)]
-    text: Option<Str<'a>>,
-    #[serde(default)]
-    thought: Option<bool>,
-    #[serde(default, rename = "functionCall")]
-    function_call: Option<Value>,
-}
 
 /// Gemini stream events → OpenAI chat chunks, written by hand: every chunk starts with the
 /// same id, created time and model.
@@ -107,7 +64,7 @@ impl Translate for GeminiToChat {
         if self.done {
             return;
         }
-        let Ok(v) = serde_json::from_str::<GemEvent<'_>>(data) else { return };
+        let Ok(v) = serde_json::from_str::<GemAnswer<'_>>(data) else { return };
         if let Some(e) = v.error.as_ref().filter(|e| !e.is_null()) {
             let code = str_of(e, "status").unwrap_or("upstream_stream_error").to_owned();
             let message = str_of(e, "message").unwrap_or("the upstream stream failed").to_owned();

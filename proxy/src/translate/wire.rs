@@ -242,6 +242,63 @@ pub fn quote(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
 }
 
+/// A Gemini answer, or one event of its stream, read for what chat needs (strings borrowed
+/// where they have no escapes).
+#[derive(Deserialize)]
+pub struct GemAnswer<'a> {
+    /// Candidates (Ferroute reads the first).
+    #[serde(default, borrow)]
+    pub candidates: Vec<GemCandidate<'a>>,
+    /// `usageMetadata`.
+    #[serde(default, rename = "usageMetadata")]
+    pub usage: Option<Value>,
+    /// `responseId`.
+    #[serde(default, rename = "responseId", borrow)]
+    pub response_id: Option<Str<'a>>,
+    /// `modelVersion`.
+    #[serde(default, rename = "modelVersion", borrow)]
+    pub model_version: Option<Str<'a>>,
+    /// `promptFeedback` (a blocked prompt has `blockReason`).
+    #[serde(default, rename = "promptFeedback")]
+    pub prompt_feedback: Option<Value>,
+    /// An error object, mid-stream.
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+/// One candidate.
+#[derive(Deserialize)]
+pub struct GemCandidate<'a> {
+    /// Its content.
+    #[serde(default, borrow)]
+    pub content: Option<GemContent<'a>>,
+    /// `finishReason`.
+    #[serde(default, rename = "finishReason", borrow)]
+    pub finish_reason: Option<Str<'a>>,
+}
+
+/// A candidate's content.
+#[derive(Deserialize)]
+pub struct GemContent<'a> {
+    /// Its parts.
+    #[serde(default, borrow)]
+    pub parts: Vec<GemPart<'a>>,
+}
+
+/// One part of it.
+#[derive(Deserialize)]
+pub struct GemPart<'a> {
+    /// Text.
+    #[serde(default, borrow)]
+    pub text: Option<Str<'a>>,
+    /// Whether the text is a thought.
+    #[serde(default)]
+    pub thought: Option<bool>,
+    /// A function call.
+    #[serde(default, rename = "functionCall")]
+    pub function_call: Option<Value>,
+}
+
 /// Writes JSON by hand: literal pieces as they are, strings escaped. Cheaper than `format!`
 /// on the hot path.
 #[derive(Debug, Default)]
