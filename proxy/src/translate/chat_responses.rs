@@ -4,8 +4,9 @@
 //! keeps no responses, so it asks the provider not to store them either (`store: false`).
 
 use super::stream::{ChunkPrefix, Event, Translate, chat_error};
-use super::wire::Out;
+use super::wire::{Out, Str};
 use super::{Translated, Untranslatable, joined_text, refuse_unless, str_of};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 /// Chat request → Responses request.
@@ -274,6 +275,26 @@ pub fn response(body: &[u8], created: u64) -> Result<Vec<u8>, serde_json::Error>
     serde_json::to_vec(&out)
 }
 
+/// One Responses API event, read for the fields the chat chunks need (the others are skipped
+/// unread).
+#[derive(Deserialize)]
+struct RspEvent<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Str<'a>>,
+    #[serde(default)]
+    delta: Option<Value>,
+    #[serde(default)]
+    output_index: Option<Value>,
+    #[serde(default)]
+    item: Option<Value>,
+    #[serde(default)]
+    response: Option<Value>,
+    #[serde(default)]
+    code: Option<Value>,
+    #[serde(default)]
+    message: Option<Value>,
+}
+
 /// Responses API events → OpenAI chat chunks (written by hand: every chunk starts with the
 /// same id, created time and model).
 pub struct ResponsesToChat {
@@ -356,42 +377,43 @@ impl Translate for ResponsesToChat {
         if self.done {
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(data) else { return };
-        let kind = str_of(&v, "type").or(name).unwrap_or("");
+        let Ok(v) = serde_json::from_str::<RspEvent<'_>>(data) else { return };
+        let kind = v.kind.as_deref().or(name).unwrap_or("");
+        let delta = v.delta.as_ref().and_then(Value::as_str);
         match kind {
-            "response.created" | "response.in_progress" => self.start(v.get("response"), out),
+            "response.created" | "response.in_progress" => self.start(v.response.as_ref(), out),
             "response.output_text.delta" => {
                 self.start(None, out);
-                if let Some(d) = str_of(&v, "delta").filter(|d| !d.is_empty()) {
+                if let Some(d) = delta.filter(|d| !d.is_empty()) {
                     out.push(self.text("content", d));
                 }
             }
             "response.reasoning_summary_text.delta" => {
                 self.start(None, out);
-                if let Some(d) = str_of(&v, "delta").filter(|d| !d.is_empty()) {
+                if let Some(d) = delta.filter(|d| !d.is_empty()) {
                     out.push(self.text("reasoning_content", d));
                 }
             }
             "response.refusal.delta" => {
                 self.start(None, out);
-                if let Some(d) = str_of(&v, "delta") {
+                if let Some(d) = delta {
                     out.push(self.text("refusal", d));
                 }
             }
             "response.output_item.added" => {
-                let item = v.get("item").unwrap_or(&Value::Null);
+                let item = v.item.as_ref().unwrap_or(&Value::Null);
                 if str_of(item, "type") == Some("function_call") {
                     self.start(None, out);
                     let index = self.calls.len();
-                    self.calls.push(v.get("output_index").and_then(Value::as_u64).unwrap_or(index as u64));
+                    self.calls.push(v.output_index.as_ref().and_then(Value::as_u64).unwrap_or(index as u64));
                     let delta = json!({"tool_calls": [{"index": index, "id": str_of(item, "call_id").unwrap_or(""),
                         "type": "function", "function": {"name": str_of(item, "name").unwrap_or(""), "arguments": ""}}]});
                     out.push(self.chunk(&delta.to_string(), None));
                 }
             }
             "response.function_call_arguments.delta" => {
-                let at = v.get("output_index").and_then(Value::as_u64).and_then(|o| self.call_index(o));
-                if let (Some(index), Some(d)) = (at, str_of(&v, "delta")) {
+                let at = v.output_index.as_ref().and_then(Value::as_u64).and_then(|o| self.call_index(o));
+                if let (Some(index), Some(d)) = (at, delta) {
                     let mut o = Out::with_capacity(d.len() + 64);
                     o.raw(r#"{"tool_calls":[{"index":"#).num(index as u64).raw(r#","function":{"arguments":"#).str(d);
                     o.raw("}}]}");
@@ -399,18 +421,19 @@ impl Translate for ResponsesToChat {
                 }
             }
             "response.completed" | "response.incomplete" => {
-                let r = v.get("response").cloned().unwrap_or(Value::Null);
+                let r = v.response.unwrap_or(Value::Null);
                 self.end(&r, out);
             }
             "response.failed" => {
-                let e = v.pointer("/response/error").cloned().unwrap_or(Value::Null);
+                let e = v.response.as_ref().and_then(|r| r.get("error")).cloned().unwrap_or(Value::Null);
                 let code = str_of(&e, "code").unwrap_or("upstream_stream_error").to_owned();
                 let message = str_of(&e, "message").unwrap_or("the upstream response failed").to_owned();
                 self.error(&code, &message, out);
             }
             "error" => {
-                let code = str_of(&v, "code").unwrap_or("upstream_stream_error").to_owned();
-                let message = str_of(&v, "message").unwrap_or("the upstream stream failed").to_owned();
+                let code = v.code.as_ref().and_then(Value::as_str).unwrap_or("upstream_stream_error").to_owned();
+                let message =
+                    v.message.as_ref().and_then(Value::as_str).unwrap_or("the upstream stream failed").to_owned();
                 self.error(&code, &message, out);
             }
             _ => {}
