@@ -219,7 +219,7 @@ fn event_text() -> impl Strategy<Value = String> {
         ("usage", any()),
         ("delta", value()),
     ]);
-    let flag = || prop_oneof![Just("true".to_owned()), Just("false".to_owned()), any()].boxed();
+    let flag = || prop_oneof![3 => Just("true".to_owned()), 1 => Just("false".to_owned()), 1 => any()].boxed();
     let part = move || object(vec![("text", value()), ("thought", flag()), ("functionCall", any()), ("text", value())]);
     let parts = move || prop::collection::vec(part(), 0..4).prop_map(|p| format!("[{}]", p.join(","))).boxed();
     let candidate =
