@@ -20,44 +20,7 @@ pub(crate) async fn request(
     issued_ms: u64,
     give_up: Option<Duration>,
 ) -> Outcome {
-    let path = match &w.path {
-        Some(p) => p.clone(),
-        None if w.gemini && w.stream => format!("/v1beta/models/{}:streamGenerateContent?alt=sse", w.model),
-        None if w.gemini => format!("/v1beta/models/{}:generateContent", w.model),
-        None if w.anthropic => "/v1/messages".to_owned(),
-        None => "/v1/chat/completions".to_owned(),
-    };
-    let mut text = match &w.prompt {
-        Some(p) => p.replace("{seq}", &seq.to_string()).replace("{client}", &client),
-        None => format!("request {seq} from {client}"),
-    };
-    text.push_str(&" ".repeat(w.pad_bytes as usize));
-    let mut body =
-        serde_json::json!({"model": w.model, "stream": w.stream, "messages": [{"role": "user", "content": text}]});
-    if w.anthropic {
-        body["max_tokens"] = 64.into();
-    }
-    if w.gemini {
-        body = serde_json::json!({"contents": [{"role": "user", "parts": [{"text": text}]}]});
-    }
-    if w.tools > 0 {
-        let tools: Vec<serde_json::Value> = (0..w.tools)
-            .map(|i| {
-                let name = format!("tool_{i}");
-                if w.gemini {
-                    serde_json::json!({"name": name, "parameters": {"type": "OBJECT"}})
-                } else if w.anthropic {
-                    serde_json::json!({"name": name, "input_schema": {"type": "object"}})
-                } else {
-                    serde_json::json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}})
-                }
-            })
-            .collect();
-        body["tools"] = match w.gemini {
-            true => serde_json::json!([{ "functionDeclarations": tools }]),
-            false => tools.into(),
-        };
-    }
+    let (path, body) = path_and_body(w, &client, seq);
     let mut b = http::Request::builder()
         .method(w.method.as_http())
         .uri(format!("http://{}:{GATEWAY_PORT}{path}", w.gateway.as_deref().unwrap_or("gateway")))
@@ -87,7 +50,7 @@ pub(crate) async fn request(
     };
     let text = match &w.body {
         Some(raw) => raw.clone(),
-        None => body.to_string(),
+        None => body,
     };
     let req = match b.body(Full::new(Bytes::from(text))) {
         Ok(r) => r,
@@ -117,6 +80,50 @@ pub(crate) async fn request(
     }
     out.done_ms = ms(sim_now());
     out
+}
+
+/// The path and the JSON body of request `seq` of `w`, in the client's API (chat, messages or
+/// Gemini's generateContent), with `w.tools` tools.
+fn path_and_body(w: &Workload, client: &str, seq: u64) -> (String, String) {
+    let path = match &w.path {
+        Some(p) => p.clone(),
+        None if w.gemini && w.stream => format!("/v1beta/models/{}:streamGenerateContent?alt=sse", w.model),
+        None if w.gemini => format!("/v1beta/models/{}:generateContent", w.model),
+        None if w.anthropic => "/v1/messages".to_owned(),
+        None => "/v1/chat/completions".to_owned(),
+    };
+    let mut text = match &w.prompt {
+        Some(p) => p.replace("{seq}", &seq.to_string()).replace("{client}", client),
+        None => format!("request {seq} from {client}"),
+    };
+    text.push_str(&" ".repeat(w.pad_bytes as usize));
+    let mut body =
+        serde_json::json!({"model": w.model, "stream": w.stream, "messages": [{"role": "user", "content": text}]});
+    if w.anthropic {
+        body["max_tokens"] = 64.into();
+    }
+    if w.gemini {
+        body = serde_json::json!({"contents": [{"role": "user", "parts": [{"text": text}]}]});
+    }
+    if w.tools > 0 {
+        let tools: Vec<serde_json::Value> = (0..w.tools)
+            .map(|i| {
+                let name = format!("tool_{i}");
+                if w.gemini {
+                    serde_json::json!({"name": name, "parameters": {"type": "OBJECT"}})
+                } else if w.anthropic {
+                    serde_json::json!({"name": name, "input_schema": {"type": "object"}})
+                } else {
+                    serde_json::json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}})
+                }
+            })
+            .collect();
+        body["tools"] = match w.gemini {
+            true => serde_json::json!([{ "functionDeclarations": tools }]),
+            false => tools.into(),
+        };
+    }
+    (path, body.to_string())
 }
 
 fn gave_up(out: &mut Outcome, when: &str) {
