@@ -15,6 +15,7 @@
 //! [`crate::config`]; only [`crate::edge::serve`] and [`crate::ops`] import it back, apart
 //! from the state's use of [`resolve`]'s targets and the prepared [`endpoint`]s.
 
+pub mod answer;
 pub mod attempt;
 pub mod dispatch;
 pub mod endpoint;

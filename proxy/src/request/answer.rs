@@ -1,0 +1,251 @@
+//! The end of an attempt that got an answer: a success relayed or read, translated into the
+//! client's API and answered; an upstream error read, classified and recorded, to fall back
+//! from or to answer with. And what an attempt's end is ([`Step`]).
+
+use crate::edge::errors::{Body, ProxyError, Source, full, upstream_message};
+use crate::request::attempt::{Attempt, DROPPED};
+use crate::request::endpoint::{SELECTED, SELECTED_HEADER};
+use crate::request::exchange::{self, Inbound, Prepared};
+use crate::request::stream::{Finalizer, Relay, relay};
+use crate::state::gateway::Gateway;
+use crate::state::gateway::queues::Slot;
+use ferroute_core::admission::QueueLimits;
+use ferroute_core::classify::Decision;
+use ferroute_core::engine::AttemptOutcome;
+use http::{HeaderValue, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::Connect;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Largest upstream error body read.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Largest non-streamed upstream success body read.
+const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
+
+/// The last failure seen in a request.
+pub(crate) struct Failure {
+    pub(crate) decision: Decision,
+    pub(crate) message: String,
+    pub(crate) connection: String,
+    pub(crate) provider: String,
+}
+
+pub(crate) fn failure_error(f: Failure) -> ProxyError {
+    let d = &f.decision;
+    let code = if d.upstream_status == 0 { "upstream_unreachable".to_owned() } else { d.reason.as_str().to_owned() };
+    let mut e = ProxyError::new(Source::Upstream, d.status, code, f.message)
+        .retry_after(d.client_retry_after)
+        .with("provider", f.provider.into())
+        .header(SELECTED, f.connection);
+    if let Some(rule) = d.restated_by {
+        e = e.with("upstream_status", d.upstream_status.into()).with("restated_by", rule.into());
+    }
+    e
+}
+
+pub(crate) enum Step {
+    Done(Response<Body>),
+    /// Became ineligible while waiting for a slot: choose again.
+    Excluded,
+    Fallback(Failure),
+    Fail(ProxyError, String),
+}
+
+/// What a sent attempt carries to its end: when it went out, its limits, and the queue slots
+/// it holds (released when the answer is read, or when its stream ends).
+pub(crate) struct Sent<C: Connect + Clone + Send + Sync + 'static> {
+    pub(crate) started: Instant,
+    pub(crate) limits: QueueLimits,
+    pub(crate) slots: Vec<Slot<C>>,
+}
+
+/// A 2xx: relayed as a stream, or read whole and answered in the client's API.
+pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
+    mut attempt: Attempt<C>,
+    inbound: &Inbound,
+    prep: &Prepared,
+    resp: Response<Incoming>,
+    sent: Sent<C>,
+) -> Step {
+    let gw = Arc::clone(&attempt.gw);
+    let target = attempt.target.clone();
+    let provider = gw.parts(&target).0;
+    let conn_id = gw.parts(&target).1.id.clone();
+    let status = resp.status();
+    let Sent { started, limits, slots } = sent;
+    let is_sse = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if is_sse && !inbound.stream {
+        // An event stream to a request for one JSON answer is not that answer: the
+        // provider's failure, like a body that does not parse.
+        return transport_failure(
+            &mut attempt,
+            format!("{} answered a request without `stream` with an event stream", provider.id),
+        );
+    }
+    if inbound.stream && is_sse {
+        gw.count_answer(status.as_u16(), &provider.id);
+        let fin = Finalizer::new(attempt, slots);
+        let relay_to = Relay {
+            api: inbound.api,
+            translator: exchange::translator(inbound, provider.format),
+            connection: gw.endpoints.selected(target.connection).cloned(),
+            idle_budget: limits.execution_max_wait,
+        };
+        let mut out = relay(fin, resp, relay_to);
+        dropped_header(&mut out, &prep.dropped);
+        return Step::Done(out);
+    }
+    let (parts, body) = resp.into_parts();
+    let remaining = limits.execution_max_wait.saturating_sub(gw.clock.now().saturating_duration_since(started));
+    let bytes = match tokio::time::timeout(remaining, Limited::new(body, MAX_RESPONSE_BODY).collect()).await {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(e)) => {
+            return transport_failure(&mut attempt, format!("{} broke off its response: {e}", provider.id));
+        }
+        Err(_) => {
+            attempt.record(AttemptOutcome::Neutral);
+            return Step::Fail(
+                ProxyError::new(
+                    Source::Internal,
+                    504,
+                    "RATE_LIMIT_EXECUTION_TIMEOUT",
+                    "the upstream response body did not finish within execution_max_wait_ms",
+                ),
+                conn_id,
+            );
+        }
+    };
+    attempt.trace.usage_from(&bytes);
+    let bytes = match exchange::answer(inbound, provider.format, bytes) {
+        Ok(b) => b,
+        // A 200 whose body is not what the provider's format promises is the provider's
+        // failure, like a broken-off body.
+        Err(e) => return transport_failure(&mut attempt, format!("{} answered 200 but {e}", provider.id)),
+    };
+    attempt.record(AttemptOutcome::Success);
+    drop(slots);
+    gw.count_answer(status.as_u16(), &provider.id);
+    let mut out = Response::new(full(bytes));
+    *out.status_mut() = parts.status;
+    let same = exchange::native(inbound.api) == provider.format;
+    match parts.headers.get(http::header::CONTENT_TYPE) {
+        Some(ct) if same => {
+            out.headers_mut().insert(http::header::CONTENT_TYPE, ct.clone());
+        }
+        _ => {
+            out.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+    }
+    if let Some(v) = gw.endpoints.selected(target.connection) {
+        out.headers_mut().insert(SELECTED_HEADER.clone(), v.clone());
+    }
+    dropped_header(&mut out, &prep.dropped);
+    Step::Done(out)
+}
+
+/// An upstream error: read a bounded body, classify, record; fall back or answer with it.
+pub(crate) async fn failed<C: Connect + Clone + Send + Sync + 'static>(
+    mut attempt: Attempt<C>,
+    inbound: &Inbound,
+    resp: Response<Incoming>,
+) -> Step {
+    let gw = Arc::clone(&attempt.gw);
+    let target = attempt.target.clone();
+    let provider = gw.parts(&target).0;
+    let conn_id = gw.parts(&target).1.id.clone();
+    let status = resp.status();
+    let (parts, body) = resp.into_parts();
+    let text = match tokio::time::timeout(Duration::from_secs(30), Limited::new(body, MAX_ERROR_BODY).collect()).await {
+        Ok(Ok(c)) => String::from_utf8_lossy(&c.to_bytes()).into_owned(),
+        _ => String::new(),
+    };
+    let headers: Vec<(&str, &str)> =
+        parts.headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))).collect();
+    let tool_limit = ferroute_core::classify::tool_limit(status.as_u16(), &text, inbound_tools(inbound));
+    let tool_limited = tool_limit.is_some();
+    if let Some(limit) = tool_limit {
+        tracing::info!(provider = %provider.id, model = %target.model, limit, "provider refused the number of tools; later requests with more skip it");
+        gw.with_engine(|e| e.note_tool_limit(&provider.id, &target.model, limit));
+    }
+    let Some(decision) =
+        attempt.record(AttemptOutcome::Upstream { status: status.as_u16(), headers: &headers, body: &text })
+    else {
+        return Step::Fail(
+            ProxyError::new(Source::Internal, 500, "internal", "the outcome was recorded twice"),
+            conn_id,
+        );
+    };
+    let siblings = crate::sessions::egress::siblings(&gw, &target);
+    if !siblings.is_empty() {
+        let now = gw.clock.now();
+        let sib: Vec<(&str, bool)> = siblings.iter().map(|(id, d)| (id.as_str(), *d)).collect();
+        let cooled = gw.with_engine(|e| e.cool_siblings(now, &conn_id, &decision, &sib));
+        if !cooled.is_empty() {
+            tracing::info!(connection = %conn_id, siblings = ?cooled, "IP-bucketed quota: siblings on the same egress IP cool down too");
+        }
+        gw.settle();
+    }
+    let mut decision = decision;
+    if tool_limited {
+        // A model-scoped refusal: the next target may accept this many tools.
+        decision.should_fallback = true;
+    }
+    let failure = Failure {
+        message: upstream_message(&text),
+        decision,
+        connection: conn_id.clone(),
+        provider: provider.id.clone(),
+    };
+    note_error(&gw, &conn_id, status.as_u16(), &failure.message);
+    if failure.decision.should_fallback { Step::Fallback(failure) } else { Step::Fail(failure_error(failure), conn_id) }
+}
+
+/// Keeps a failed attempt's message as its connection's last error (for the dashboard).
+fn note_error<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Gateway<C>,
+    connection: &str,
+    status: u16,
+    message: &str,
+) {
+    let at = crate::state::clock::rfc3339(gw.clock.wall_now_ms());
+    gw.history.note_error(connection, crate::state::history::LastError { at, status, message: message.to_owned() });
+}
+
+/// How many tools the request offers.
+fn inbound_tools(inbound: &Inbound) -> usize {
+    inbound.tools
+}
+
+/// Names the advisory fields a translation left behind.
+fn dropped_header(resp: &mut Response<Body>, dropped: &[String]) {
+    if dropped.is_empty() {
+        return;
+    }
+    if let Ok(v) = HeaderValue::from_str(&dropped.join(", ")) {
+        resp.headers_mut().insert(DROPPED, v);
+    }
+}
+
+/// A transport failure: provider-level, recorded, fallen back from.
+pub(crate) fn transport_failure<C: Connect + Clone + Send + Sync + 'static>(
+    attempt: &mut Attempt<C>,
+    message: String,
+) -> Step {
+    let provider = attempt.gw.parts(&attempt.target).0.id.clone();
+    let connection = attempt.gw.parts(&attempt.target).1.id.clone();
+    tracing::warn!(%provider, %connection, %message, "upstream transport failure");
+    note_error(&attempt.gw, &connection, 0, &message);
+    attempt.trace.said(&message);
+    match attempt.record(AttemptOutcome::Transport) {
+        Some(decision) => Step::Fallback(Failure { decision, message, connection, provider }),
+        None => {
+            Step::Fail(ProxyError::new(Source::Internal, 500, "internal", "the outcome was recorded twice"), connection)
+        }
+    }
+}
