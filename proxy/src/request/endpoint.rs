@@ -35,6 +35,24 @@ pub fn path(format: Format) -> &'static str {
     }
 }
 
+/// `s` as a URL path: bytes other than unreserved ones and `/` percent-encoded (a model name
+/// is data; one with a space or a `?` still names that model).
+fn path_escaped(s: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/');
+    if s.bytes().all(plain) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for b in s.bytes() {
+        if plain(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 impl Endpoints {
     /// Prepares every provider's and connection's.
     pub fn new(config: &Config) -> Self {
@@ -96,7 +114,7 @@ impl Endpoints {
     ) -> Result<Uri, String> {
         if format == Format::Gemini {
             let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
-            return Uri::try_from(format!("{}/models/{model}:{method}", self.bases[provider]))
+            return Uri::try_from(format!("{}/models/{}:{method}", self.bases[provider], path_escaped(model)))
                 .map_err(|e| format!("model {model:?} cannot be put in a URL: {e}"));
         }
         match query {
@@ -119,6 +137,18 @@ impl Endpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gemini_model_is_escaped_into_its_url() {
+        assert_eq!(path_escaped("gemini-2.5-flash"), "gemini-2.5-flash");
+        assert_eq!(path_escaped("tuned/a b?x"), "tuned/a%20b%3Fx");
+        let config = config(
+            "[[providers]]\nid = \"gem\"\nformat = \"gemini\"\nbase_url = \"http://127.0.0.1:9/v1beta\"\n[[connections]]\nid = \"k\"\nprovider = \"gem\"\napi_key = \"k\"\n",
+        );
+        let e = Endpoints::new(&config);
+        let uri = e.uri(0, Format::Gemini, Some("key=secret"), "a b", true).expect("uri");
+        assert_eq!(uri, "http://127.0.0.1:9/v1beta/models/a%20b:streamGenerateContent?alt=sse");
+    }
 
     fn config(text: &str) -> Config {
         Config::from_toml_str(text, &|_| None, &[]).expect("config")
