@@ -10,6 +10,7 @@
 
 use rustc_hash::FxBuildHasher;
 use std::collections::{BTreeMap, VecDeque};
+use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 /// A pin changed.
@@ -35,10 +36,26 @@ pub enum PinEvent {
     },
 }
 
+/// A pin: its key (session, provider), where it goes, when it lapses, and its key's hash (kept,
+/// so that growing the table or the index never hashes a key again).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Pin {
+    session: String,
+    provider: String,
     connection: String,
     expires_at: Instant,
+    hash: u64,
+}
+
+impl Pin {
+    fn is(&self, session: &str, provider: &str) -> bool {
+        self.session == session && self.provider == provider
+    }
+}
+
+/// The hash of a pin's key (fixed, so that runs repeat).
+fn key_hash(session: &str, provider: &str) -> u64 {
+    FxBuildHasher.hash_one((session, provider))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,26 +73,15 @@ const MAKE_ROOM: usize = 64;
 /// Undrained events kept.
 const EVENT_CAP: usize = 4096;
 
-/// A pin's key, borrowed: it hashes and compares as the owned `(session, provider)`, so that a
-/// lookup allocates nothing.
-#[derive(Hash)]
-struct Key<'a>(&'a str, &'a str);
-
-impl hashbrown::Equivalent<(String, String)> for Key<'_> {
-    fn equivalent(&self, key: &(String, String)) -> bool {
-        self.0 == key.0 && self.1 == key.1
-    }
-}
-
 /// Every pin and the connections' recent use.
 #[derive(Debug, Clone, Default)]
 pub struct Affinity {
-    /// Hashed (with a fixed hasher, so runs repeat): a lookup costs the same among a few pins
-    /// or a hundred thousand.
-    pins: hashbrown::HashMap<(String, String), Pin, FxBuildHasher>,
-    /// The pins to each connection, so that a failed account's pins go without a pass over
-    /// every pin.
-    by_connection: hashbrown::HashMap<String, hashbrown::HashSet<(String, String), FxBuildHasher>, FxBuildHasher>,
+    /// Hashed by key: a lookup costs the same among a few pins or a hundred thousand.
+    pins: hashbrown::HashTable<Pin>,
+    /// The key hashes of the pins to each connection, so that a failed account's pins go
+    /// without a pass over every pin. Hashes, not keys: building it copies no string (with
+    /// 100 000 pins restored at start-up, copying the keys was half of restoring them).
+    by_connection: hashbrown::HashMap<String, hashbrown::HashSet<u64, FxBuildHasher>, FxBuildHasher>,
     uses: BTreeMap<String, Use>,
     last_connection: Option<String>,
     events: VecDeque<PinEvent>,
@@ -115,8 +121,8 @@ impl Affinity {
         let mut out: Vec<_> = self
             .pins
             .iter()
-            .filter(|(_, p)| now < p.expires_at)
-            .map(|((s, pr), p)| (s.clone(), pr.clone(), p.connection.clone(), p.expires_at - now))
+            .filter(|p| now < p.expires_at)
+            .map(|p| (p.session.clone(), p.provider.clone(), p.connection.clone(), p.expires_at - now))
             .collect();
         out.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         out
@@ -124,38 +130,43 @@ impl Affinity {
 
     /// Removes a pin without an event (another replica dropped it); whether one was there.
     pub fn unpin(&mut self, session: &str, provider: &str) -> bool {
-        let Some((key, _)) = self.pins.get_key_value(&Key(session, provider)) else { return false };
-        let key = key.clone();
-        self.take(&key).is_some()
+        self.take(session, provider).is_some()
     }
 
-    /// Sets a pin, keeping the connection index.
-    fn put(&mut self, key: (String, String), pin: Pin) {
-        let old = self.pins.insert(key.clone(), pin);
-        let Some(connection) = self.pins.get(&key).map(|p| p.connection.as_str()) else { return };
-        if let Some(old) = old
-            && old.connection != connection
-            && let Some(keys) = self.by_connection.get_mut(&old.connection)
-        {
-            keys.remove(&key);
-            if keys.is_empty() {
-                self.by_connection.remove(&old.connection);
+    /// Sets a pin (replacing its key's), keeping the connection index.
+    fn put(&mut self, pin: Pin) {
+        let hash = pin.hash;
+        self.by_connection.entry_ref(pin.connection.as_str()).or_default().insert(hash);
+        let old = match self.pins.entry(hash, |p| p.is(&pin.session, &pin.provider), |p| p.hash) {
+            hashbrown::hash_table::Entry::Occupied(mut e) => Some(std::mem::replace(e.get_mut(), pin)),
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                e.insert(pin);
+                None
             }
+        };
+        if let Some(old) = old {
+            self.unindex(&old.connection, hash);
         }
-        self.by_connection.entry_ref(connection).or_default().insert(key);
     }
 
     /// Removes a pin, keeping the connection index.
-    fn take(&mut self, key: &(String, String)) -> Option<Pin> {
-        let pin = self.pins.remove(key)?;
-        self.unindex(&pin.connection, key);
+    fn take(&mut self, session: &str, provider: &str) -> Option<Pin> {
+        let hash = key_hash(session, provider);
+        let (pin, _) = self.pins.find_entry(hash, |p| p.is(session, provider)).ok()?.remove();
+        self.unindex(&pin.connection, hash);
         Some(pin)
     }
 
-    fn unindex(&mut self, connection: &str, key: &(String, String)) {
-        if let Some(keys) = self.by_connection.get_mut(connection) {
-            keys.remove(key);
-            if keys.is_empty() {
+    /// Forgets that a pin with `hash` goes to `connection`, unless another still does (two keys
+    /// may share a hash). The table offers every pin whose hash shares a few bits with `hash`,
+    /// so each search here compares the whole hash first.
+    fn unindex(&mut self, connection: &str, hash: u64) {
+        if self.pins.find(hash, |p| p.hash == hash && p.connection == connection).is_some() {
+            return;
+        }
+        if let Some(hashes) = self.by_connection.get_mut(connection) {
+            hashes.remove(&hash);
+            if hashes.is_empty() {
                 self.by_connection.remove(connection);
             }
         }
@@ -164,14 +175,17 @@ impl Affinity {
     /// At the cap: drops lapsed pins, or else the soonest-expiring 1/[`MAKE_ROOM`], each with
     /// an event.
     fn make_room(&mut self, now: Instant) {
-        let mut by_end: Vec<(Instant, (String, String))> =
-            self.pins.iter().map(|(k, p)| (p.expires_at, k.clone())).collect();
-        by_end.sort();
-        let lapsed = by_end.iter().take_while(|(end, _)| *end <= now).count();
+        let mut by_end: Vec<(Instant, &str, &str)> =
+            self.pins.iter().map(|p| (p.expires_at, p.session.as_str(), p.provider.as_str())).collect();
+        by_end.sort_unstable();
+        let lapsed = by_end.iter().take_while(|(end, _, _)| *end <= now).count();
         let n = if lapsed > 0 { lapsed } else { (by_end.len() / MAKE_ROOM).max(1) };
-        for (_, key) in by_end.into_iter().take(n) {
-            self.take(&key);
-            self.push(PinEvent::Dropped { session: key.0, provider: key.1 });
+        let gone: Vec<(String, String)> =
+            by_end.into_iter().take(n).map(|(_, s, p)| (s.to_owned(), p.to_owned())).collect();
+        for (session, provider) in gone {
+            if let Some(pin) = self.take(&session, &provider) {
+                self.push(PinEvent::Dropped { session: pin.session, provider: pin.provider });
+            }
         }
     }
 
@@ -189,7 +203,8 @@ impl Affinity {
         if ttl.is_zero() || pool.is_empty() {
             return None;
         }
-        if let Some(pin) = self.pins.get_mut(&Key(session, provider))
+        let hash = key_hash(session, provider);
+        if let Some(pin) = self.pins.find_mut(hash, |p| p.is(session, provider))
             && now < pin.expires_at
             && let Some(i) = pool.iter().position(|c| *c == pin.connection)
         {
@@ -207,22 +222,27 @@ impl Affinity {
             }
             return Some(i);
         }
-        let key = (session.to_owned(), provider.to_owned());
-        if self.take(&key).is_some() {
-            self.push(PinEvent::Dropped { session: key.0.clone(), provider: key.1.clone() });
+        if let Some(old) = self.take(session, provider) {
+            self.push(PinEvent::Dropped { session: old.session, provider: old.provider });
         }
         let i = self.least_recently_used(pool);
         if self.pins.len() >= MAX_PINS {
             self.make_room(now);
         }
-        let pin = Pin { connection: pool[i].to_owned(), expires_at: now + ttl };
+        let pin = Pin {
+            session: session.to_owned(),
+            provider: provider.to_owned(),
+            connection: pool[i].to_owned(),
+            expires_at: now + ttl,
+            hash,
+        };
         self.push(PinEvent::Set {
-            session: key.0.clone(),
-            provider: key.1.clone(),
+            session: pin.session.clone(),
+            provider: pin.provider.clone(),
             connection: pin.connection.clone(),
             expires_at: pin.expires_at,
         });
-        self.put(key, pin);
+        self.put(pin);
         Some(i)
     }
 
@@ -262,85 +282,64 @@ impl Affinity {
 
     /// Drops every pin to `connection` (it failed at the account level). Returns how many.
     pub fn evict_connection(&mut self, connection: &str) -> usize {
-        let Some(gone) = self.by_connection.remove(connection) else { return 0 };
-        // In session order, so that the events (and what is persisted) repeat run after run.
-        let mut gone: Vec<(String, String)> = gone.into_iter().collect();
-        gone.sort_unstable();
-        for k in &gone {
-            self.pins.remove(k);
-            self.push(PinEvent::Dropped { session: k.0.clone(), provider: k.1.clone() });
+        let Some(hashes) = self.by_connection.remove(connection) else { return 0 };
+        let mut gone: Vec<(String, String)> = Vec::with_capacity(hashes.len());
+        for hash in hashes {
+            while let Ok(e) = self.pins.find_entry(hash, |p| p.hash == hash && p.connection == connection) {
+                let (pin, _) = e.remove();
+                gone.push((pin.session, pin.provider));
+            }
         }
-        gone.len()
+        // In session order, so that the events (and what is persisted) repeat run after run.
+        gone.sort_unstable();
+        let n = gone.len();
+        for (session, provider) in gone {
+            self.push(PinEvent::Dropped { session, provider });
+        }
+        n
     }
 
     /// Restores a persisted pin (or another replica's) with `remaining` of its TTL, replacing
     /// the session's pin on that provider.
     pub fn restore(&mut self, now: Instant, session: &str, provider: &str, connection: &str, remaining: Duration) {
-        let key = (session.to_owned(), provider.to_owned());
-        if remaining.is_zero() || (self.pins.len() >= MAX_PINS && !self.pins.contains_key(&key)) {
+        if remaining.is_zero() || (self.pins.len() >= MAX_PINS && self.find(session, provider).is_none()) {
             return;
         }
-        let ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
-        let pin = Pin { connection: connection.to_owned(), expires_at: crate::types::after(now, ms) };
-        self.put(key, pin);
+        self.put_for(now, session.to_owned(), provider.to_owned(), connection.to_owned(), remaining);
     }
 
     /// Restores persisted pins at start-up: (session, provider, connection, time left), as
     /// [`Affinity::restore`] would one by one, without copying what it is given.
-    pub fn restore_all(
-        &mut self,
-        now: Instant,
-        pins: impl ExactSizeIterator<Item = (String, String, String, Duration)>,
-    ) {
-        self.pins.reserve(pins.len().min(MAX_PINS));
-        // The index is built after, each connection's set at its final size.
-        let mut moved: Vec<(String, (String, String))> = Vec::new();
+    pub fn restore_all(&mut self, now: Instant, pins: impl Iterator<Item = (String, String, String, Duration)>) {
+        let most = pins.size_hint();
+        self.pins.reserve(most.1.unwrap_or(most.0).min(MAX_PINS), |p| p.hash);
         for (session, provider, connection, remaining) in pins {
-            let key = (session, provider);
-            if remaining.is_zero() || (self.pins.len() >= MAX_PINS && !self.pins.contains_key(&key)) {
+            if remaining.is_zero() || (self.pins.len() >= MAX_PINS && self.find(&session, &provider).is_none()) {
                 continue;
             }
-            let ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
-            let pin = Pin { connection, expires_at: crate::types::after(now, ms) };
-            match self.pins.entry(key) {
-                hashbrown::hash_map::Entry::Occupied(mut e) => {
-                    let old = std::mem::replace(e.get_mut(), pin);
-                    moved.push((old.connection, e.key().clone()));
-                }
-                hashbrown::hash_map::Entry::Vacant(e) => {
-                    e.insert(pin);
-                }
-            }
+            self.put_for(now, session, provider, connection, remaining);
         }
-        for (connection, key) in moved {
-            if self.pins.get(&key).is_some_and(|p| p.connection != connection) {
-                self.unindex(&connection, &key);
-            }
-        }
-        let mut counts: hashbrown::HashMap<&str, usize, FxBuildHasher> = hashbrown::HashMap::default();
-        for pin in self.pins.values() {
-            *counts.entry(pin.connection.as_str()).or_default() += 1;
-        }
-        for (connection, n) in counts {
-            let keys = self.by_connection.entry_ref(connection).or_default();
-            keys.reserve(n.saturating_sub(keys.len()));
-        }
-        for (key, pin) in &self.pins {
-            if let Some(keys) = self.by_connection.get_mut(pin.connection.as_str()) {
-                keys.insert(key.clone());
-            }
-        }
+    }
+
+    fn put_for(&mut self, now: Instant, session: String, provider: String, connection: String, remaining: Duration) {
+        let ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
+        let hash = key_hash(&session, &provider);
+        self.put(Pin { session, provider, connection, expires_at: crate::types::after(now, ms), hash });
+    }
+
+    fn find(&self, session: &str, provider: &str) -> Option<&Pin> {
+        self.pins.find(key_hash(session, provider), |p| p.is(session, provider))
     }
 
     /// The connection `session` is pinned to on `provider`, if the pin is fresh.
     pub fn pinned(&self, now: Instant, session: &str, provider: &str) -> Option<&str> {
-        let pin = self.pins.get(&Key(session, provider))?;
+        let pin = self.find(session, provider)?;
         (now < pin.expires_at).then_some(pin.connection.as_str())
     }
 
     /// Fresh pins.
     pub fn len(&self, now: Instant) -> usize {
-        self.pins.values().filter(|p| now < p.expires_at).count()
+        self.pins.iter().filter(|p| now < p.expires_at).count()
     }
 
     /// Whether no fresh pin exists.
@@ -350,10 +349,10 @@ impl Affinity {
 
     /// Drops lapsed pins (no event: a lapsed pin is ignored wherever it is stored).
     pub fn sweep(&mut self, now: Instant) {
-        self.pins.retain(|_, p| now < p.expires_at);
+        self.pins.retain(|p| now < p.expires_at);
         let pins = &self.pins;
-        for keys in self.by_connection.values_mut() {
-            keys.retain(|k| pins.contains_key(k));
+        for (connection, hashes) in &mut self.by_connection {
+            hashes.retain(|h| pins.find(*h, |p| p.hash == *h && p.connection == *connection).is_some());
         }
         self.by_connection.retain(|_, keys| !keys.is_empty());
     }

@@ -103,14 +103,15 @@ mod properties {
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
-    fn sorted(a: &Affinity) -> BTreeMap<String, BTreeSet<(String, String)>> {
-        a.by_connection.iter().map(|(c, keys)| (c.clone(), keys.iter().cloned().collect())).collect()
+    fn sorted(a: &Affinity) -> BTreeMap<String, BTreeSet<u64>> {
+        a.by_connection.iter().map(|(c, hashes)| (c.clone(), hashes.iter().copied().collect())).collect()
     }
 
-    fn index_of(a: &Affinity) -> BTreeMap<String, BTreeSet<(String, String)>> {
-        let mut index: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
-        for (k, pin) in &a.pins {
-            index.entry(pin.connection.clone()).or_default().insert(k.clone());
+    fn index_of(a: &Affinity) -> BTreeMap<String, BTreeSet<u64>> {
+        let mut index: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        for pin in &a.pins {
+            assert_eq!(pin.hash, key_hash(&pin.session, &pin.provider), "a pin keeps its key's hash");
+            index.entry(pin.connection.clone()).or_default().insert(pin.hash);
         }
         index
     }

@@ -139,9 +139,9 @@ impl Store {
             let snap = serde_json::from_str(&json).map_err(|_| StoreError::Corrupt(format!("connection {id}")))?;
             out.connections.push((id, snap, at.max(0) as u64));
         }
-        let mut stmt = conn.prepare(
-            "SELECT session, provider, connection, expires_at_ms FROM session_pins ORDER BY session, provider",
-        )?;
+        // In the table's own order: sorting by the key walks its index and seeks each row
+        // (a third of start-up with 100 000 pins); the order of restored pins does not matter.
+        let mut stmt = conn.prepare("SELECT session, provider, connection, expires_at_ms FROM session_pins")?;
         let rows = stmt.query_map([], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
         })?;

@@ -279,13 +279,12 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         }
         // M5: pins keep their wall-clock expiry across a restart; pins to connections no longer
         // configured are left to lapse.
-        let pins: Vec<_> = loaded
+        let pins = loaded
             .pins
             .into_iter()
             .filter(|(_, provider, connection, _)| provider_of.get(connection.as_str()) == Some(&provider.as_str()))
-            .map(|(s, p, c, expires)| (s, p, c, Duration::from_millis(expires.saturating_sub(wall))))
-            .collect();
-        engine.affinity_mut().restore_all(now, pins.into_iter());
+            .map(|(s, p, c, expires)| (s, p, c, Duration::from_millis(expires.saturating_sub(wall))));
+        engine.affinity_mut().restore_all(now, pins);
         drop(engine);
         self.invalidate_stale_leases()?;
         if self.config.emergency_fallback.target.is_some()
