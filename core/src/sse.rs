@@ -56,6 +56,8 @@ impl Default for SseParser {
 }
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
+/// Bytes of event data a parser has room for before its first event.
+const EVENT_DATA_ROOM: usize = 512;
 
 /// The text of `bytes`, invalid sequences replaced (U+FFFD); valid text, the usual case, is
 /// checked by the standard library's word-at-a-time path and never copied.
@@ -71,7 +73,9 @@ impl SseParser {
     pub fn with_limit(limit: usize) -> Self {
         SseParser {
             line: Vec::new(),
-            data: Vec::new(),
+            // Room for a usual event's data from the start (it is kept between events), so
+            // that a stream's first events do not grow it step by step.
+            data: Vec::with_capacity(EVENT_DATA_ROOM.min(limit)),
             name: Vec::new(),
             after_cr: false,
             start: Some(Vec::new()),

@@ -88,7 +88,8 @@ pub struct Watchdog {
 impl Watchdog {
     /// Starts watching at `now` (when the attempt's stream begins).
     pub fn new(cfg: WatchdogConfig, now: Instant) -> Self {
-        Watchdog { cfg, started_at: now, samples: VecDeque::new(), window_bytes: 0, protected: false }
+        // Room for the window of a usual stream at once (it would otherwise grow three times).
+        Watchdog { cfg, started_at: now, samples: VecDeque::with_capacity(16), window_bytes: 0, protected: false }
     }
 
     /// Feeds one event and evaluates.

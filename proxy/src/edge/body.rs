@@ -47,7 +47,7 @@ pub async fn read_body(req: Request<Incoming>, max: u64, deadline: Duration) -> 
     if declared.is_some_and(|n| n > max) {
         return Err(too_large(max));
     }
-    let collected = tokio::time::timeout(deadline, Limited::new(req.into_body(), max as usize).collect()).await;
+    let collected = tokio::time::timeout(deadline, whole(Limited::new(req.into_body(), max as usize))).await;
     let Ok(collected) = collected else {
         return Err(ProxyError::new(
             Source::Downstream,
@@ -57,7 +57,7 @@ pub async fn read_body(req: Request<Incoming>, max: u64, deadline: Duration) -> 
         ));
     };
     let bytes = match collected {
-        Ok(c) => c.to_bytes(),
+        Ok(b) => b,
         Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return Err(too_large(max)),
         Err(e) => {
             return Err(ProxyError::bad_request("body_read_error", format!("could not read the request body: {e}")));
@@ -69,6 +69,35 @@ pub async fn read_body(req: Request<Incoming>, max: u64, deadline: Duration) -> 
     Ok(bytes)
 }
 
+/// A body's data, whole (its trailers, if any, are dropped). A body that comes in one frame,
+/// the usual case, is that frame: nothing is allocated or copied; more frames are copied once
+/// into one buffer.
+pub async fn whole<B>(body: B) -> Result<Bytes, B::Error>
+where
+    B: hyper::body::Body<Data = Bytes>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut first: Option<Bytes> = None;
+    let mut joined: Option<bytes::BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else { continue };
+        match (&first, &mut joined) {
+            (None, _) => first = Some(data),
+            (Some(f), None) => {
+                let mut all = bytes::BytesMut::with_capacity(f.len() + data.len());
+                all.extend_from_slice(f);
+                all.extend_from_slice(&data);
+                joined = Some(all);
+            }
+            (Some(_), Some(all)) => all.extend_from_slice(&data),
+        }
+    }
+    Ok(match joined {
+        Some(all) => all.freeze(),
+        None => first.unwrap_or_default(),
+    })
+}
+
 fn too_large(max: u64) -> ProxyError {
     ProxyError::new(
         Source::Downstream,
@@ -76,4 +105,40 @@ fn too_large(max: u64) -> ProxyError {
         "request_too_large",
         format!("the request body exceeds {max} bytes (server.max_body_bytes)"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{Full, StreamBody};
+    use hyper::body::Frame;
+
+    fn frames(parts: Vec<Frame<Bytes>>) -> impl hyper::body::Body<Data = Bytes, Error = std::convert::Infallible> {
+        StreamBody::new(futures_util::stream::iter(parts.into_iter().map(Ok)))
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_whole_in_one_frame_or_many_and_its_trailers_are_dropped() {
+        let one = Bytes::from_static(b"{\"model\":\"m\"}");
+        let read = whole(Full::new(one.clone())).await.expect("read");
+        assert_eq!(read, one);
+        assert_eq!(read.as_ptr(), one.as_ptr(), "one frame is passed on, not copied");
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-sum", http::HeaderValue::from_static("1"));
+        let many = frames(vec![
+            Frame::data(Bytes::from_static(b"{\"mo")),
+            Frame::data(Bytes::from_static(b"del\":")),
+            Frame::data(Bytes::from_static(b"\"m\"}")),
+            Frame::trailers(trailers),
+        ]);
+        assert_eq!(whole(many).await.expect("read"), one);
+        assert_eq!(whole(frames(Vec::new())).await.expect("read"), Bytes::new());
+        // The size limit still applies across frames.
+        let over = Limited::new(
+            frames(vec![Frame::data(Bytes::from_static(b"12345")), Frame::data(Bytes::from_static(b"678"))]),
+            6,
+        );
+        let e = whole(over).await.expect_err("over the limit");
+        assert!(e.downcast_ref::<http_body_util::LengthLimitError>().is_some(), "{e}");
+    }
 }

@@ -70,6 +70,9 @@ impl Trace {
     pub fn answered(&mut self, at: Instant, status: u16, headers: &HeaderMap) {
         self.headers = Some(at);
         self.status = status;
+        if !self.wanted {
+            return;
+        }
         self.hints = headers
             .iter()
             .filter(|(k, _)| is_hint(k.as_str()))

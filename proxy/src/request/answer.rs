@@ -2,6 +2,7 @@
 //! client's API and answered; an upstream error read, classified and recorded, to fall back
 //! from or to answer with. And what an attempt's end is ([`Step`]).
 
+use crate::edge::body::whole;
 use crate::edge::errors::{Body, ProxyError, Source, full, upstream_message};
 use crate::request::attempt::{Attempt, DROPPED};
 use crate::request::endpoint::{SELECTED, SELECTED_HEADER};
@@ -71,8 +72,7 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
 ) -> Step {
     let gw = Arc::clone(&attempt.gw);
     let target = attempt.target.clone();
-    let provider = gw.parts(&target).0;
-    let conn_id = gw.parts(&target).1.id.clone();
+    let (provider, connection) = gw.parts(&target);
     let status = resp.status();
     let Sent { started, limits, slots } = sent;
     let is_sse = resp
@@ -103,8 +103,8 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
     }
     let (parts, body) = resp.into_parts();
     let remaining = limits.execution_max_wait.saturating_sub(gw.clock.now().saturating_duration_since(started));
-    let bytes = match tokio::time::timeout(remaining, Limited::new(body, MAX_RESPONSE_BODY).collect()).await {
-        Ok(Ok(c)) => c.to_bytes(),
+    let bytes = match tokio::time::timeout(remaining, whole(Limited::new(body, MAX_RESPONSE_BODY))).await {
+        Ok(Ok(b)) => b,
         Ok(Err(e)) => {
             return transport_failure(&mut attempt, format!("{} broke off its response: {e}", provider.id));
         }
@@ -117,7 +117,7 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
                     "RATE_LIMIT_EXECUTION_TIMEOUT",
                     "the upstream response body did not finish within execution_max_wait_ms",
                 ),
-                conn_id,
+                connection.id.clone(),
             );
         }
     };
@@ -134,17 +134,18 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
     let mut out = Response::new(full(bytes));
     *out.status_mut() = parts.status;
     let same = exchange::native(inbound.api) == provider.format;
-    match parts.headers.get(http::header::CONTENT_TYPE) {
-        Some(ct) if same => {
-            out.headers_mut().insert(http::header::CONTENT_TYPE, ct.clone());
-        }
-        _ => {
-            out.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        }
-    }
+    let content_type = match parts.headers.get(http::header::CONTENT_TYPE) {
+        Some(ct) if same => ct.clone(),
+        _ => HeaderValue::from_static("application/json"),
+    };
+    // The upstream's header map, emptied, holds the answer's few headers: no new map per answer.
+    let mut headers = parts.headers;
+    headers.clear();
+    headers.insert(http::header::CONTENT_TYPE, content_type);
     if let Some(v) = gw.endpoints.selected(target.connection) {
-        out.headers_mut().insert(SELECTED_HEADER.clone(), v.clone());
+        headers.insert(SELECTED_HEADER.clone(), v.clone());
     }
+    *out.headers_mut() = headers;
     dropped_header(&mut out, &prep.dropped);
     Step::Done(out)
 }

@@ -38,10 +38,13 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
 ) -> Response<Body> {
     let arrived = gw.clock.wall_now_ms();
     let request = gw.next_request();
-    let (combo, key) = (plan.combo, plan.key.clone());
-    let mut steps = Vec::new();
     let ids =
         gw.telemetry.get().map(|t| t.request_ids(inbound.headers.traceparent.as_ref().and_then(|v| v.to_str().ok())));
+    let combo = plan.combo;
+    // The route's key outlives the plan only where something keeps it.
+    let kept = combo || gw.recorder.is_some() || ids.is_some();
+    let key = if kept { plan.key.clone() } else { String::new() };
+    let mut steps = Vec::new();
     let resp = run(Arc::clone(&gw), plan, inbound, preps, ask, (request, ids), combo.then_some(&mut steps)).await;
     let status = resp.status().as_u16();
     let now = gw.clock.wall_now_ms();
@@ -125,7 +128,7 @@ async fn recover<C: Connect + Clone + Send + Sync + 'static>(
         return Recovered::No;
     }
     tracing::warn!(combo = %plan.key, target = ?e.pool, "every combo target failed or is excluded; using the emergency target");
-    step(steps, "", "", "emergency target".to_owned());
+    step(steps, "", "", "emergency target");
     Recovered::Emergency(e)
 }
 
@@ -219,9 +222,11 @@ fn last_tried(report: &Report) -> &str {
     report.order.last().map_or("", String::as_str)
 }
 
-fn step(steps: &mut Option<&mut Vec<PathStep>>, target: &str, connection: &str, result: String) {
+/// Notes a step of a combo's path (`steps` is `None` for any other request, which then copies
+/// nothing).
+fn step(steps: &mut Option<&mut Vec<PathStep>>, target: &str, connection: &str, result: impl Into<String>) {
     if let Some(s) = steps {
-        s.push(PathStep { target: target.to_owned(), connection: connection.to_owned(), result });
+        s.push(PathStep { target: target.to_owned(), connection: connection.to_owned(), result: result.into() });
     }
 }
 
@@ -284,7 +289,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
         };
         match attempt_once(attempt, inbound, prep, &plan.key).await {
             Step::Done(mut resp) => {
-                step(&mut steps, last_tried(&report), &connection.id, "served".to_owned());
+                step(&mut steps, last_tried(&report), &connection.id, "served");
                 if combo {
                     report.excluded = excluded(&gw, &plan);
                     report.answered(&mut resp, tried.attempts() + 1, None);
@@ -310,7 +315,7 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
                 }
                 return resp;
             }
-            Step::Excluded => step(&mut steps, last_tried(&report), &connection.id, "excluded while queued".to_owned()),
+            Step::Excluded => step(&mut steps, last_tried(&report), &connection.id, "excluded while queued"),
         }
     }
     end(&gw, &plan, combo, last, None, &mut report, tried.attempts(), shape)

@@ -17,6 +17,7 @@ pub struct Endpoints {
     credentials: Vec<Result<Option<(HeaderName, HeaderValue)>, String>>,
     queue_keys: Vec<String>,
     selected: Vec<Option<HeaderValue>>,
+    hosts: Vec<Option<HeaderValue>>,
 }
 
 /// Header naming the connection that served (or last failed) a request.
@@ -33,6 +34,22 @@ pub fn path(format: Format) -> &'static str {
         // The model and method follow: `/models/{model}:generateContent`.
         Format::Gemini => "/models",
     }
+}
+
+/// The `Host` header for `uri`: its host, and its port unless that is the scheme's default (as
+/// the HTTP client writes it when a request has none).
+fn host_header(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let default = match uri.scheme_str() {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    };
+    let value = match uri.port_u16() {
+        Some(port) if Some(port) != default => format!("{host}:{port}"),
+        _ => host.to_owned(),
+    };
+    HeaderValue::try_from(value).ok()
 }
 
 /// `s` as a URL path: bytes other than unreserved ones and `/` percent-encoded (a model name
@@ -57,7 +74,7 @@ impl Endpoints {
     /// Prepares every provider's and connection's.
     pub fn new(config: &Config) -> Self {
         let bases: Vec<String> = config.providers.iter().map(|p| p.base_url.trim_end_matches('/').to_owned()).collect();
-        let uris = config
+        let uris: Vec<Result<Uri, String>> = config
             .providers
             .iter()
             .zip(&bases)
@@ -82,6 +99,7 @@ impl Endpoints {
                 Ok(Some((name, value)))
             })
             .collect();
+        let hosts = uris.iter().map(|u| u.as_ref().ok().and_then(host_header)).collect();
         Endpoints {
             bases,
             uris,
@@ -89,12 +107,19 @@ impl Endpoints {
             // M9: a connection's queue is its provider's and its own.
             queue_keys: config.connections.iter().map(|c| format!("{}:{}", c.provider, c.id)).collect(),
             selected: config.connections.iter().map(|c| HeaderValue::try_from(c.id.as_str()).ok()).collect(),
+            hosts,
         }
     }
 
     /// Connection `connection`'s admission queue (M9): `provider:connection`.
     pub fn queue_key(&self, connection: usize) -> &str {
         &self.queue_keys[connection]
+    }
+
+    /// The `Host` header of provider `provider`'s requests, made once (the client would
+    /// otherwise format it for every request).
+    pub fn host(&self, provider: usize) -> Option<&HeaderValue> {
+        self.hosts[provider].as_ref()
     }
 
     /// Connection `connection`'s id as a header value (`None` if it cannot be one).
@@ -148,6 +173,18 @@ mod tests {
         let e = Endpoints::new(&config);
         let uri = e.uri(0, Format::Gemini, Some("key=secret"), "a b", true).expect("uri");
         assert_eq!(uri, "http://127.0.0.1:9/v1beta/models/a%20b:streamGenerateContent?alt=sse");
+    }
+
+    #[test]
+    fn the_host_header_names_a_port_only_when_it_is_not_the_default() {
+        let host =
+            |u: &str| host_header(&Uri::try_from(u).expect("uri")).map(|v| v.to_str().expect("ascii").to_owned());
+        assert_eq!(host("http://127.0.0.1:9/v1/chat/completions").as_deref(), Some("127.0.0.1:9"));
+        assert_eq!(host("https://api.openai.com/v1/chat/completions").as_deref(), Some("api.openai.com"));
+        assert_eq!(host("https://api.example:443/v1").as_deref(), Some("api.example"));
+        assert_eq!(host("http://up:80/v1").as_deref(), Some("up"));
+        assert_eq!(host("http://up:8443/v1").as_deref(), Some("up:8443"));
+        assert_eq!(host("https://user:pw@up.example/v1").as_deref(), Some("up.example"));
     }
 
     fn config(text: &str) -> Config {

@@ -159,7 +159,7 @@ pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
     resp: Response<Incoming>,
     to: Relay,
 ) -> Response<Body> {
-    let status = resp.status();
+    let (parts, upstream) = resp.into_parts();
     let gw = std::sync::Arc::clone(&fin.attempt.gw);
     let now = gw.clock.now();
     let parser = match to.translator {
@@ -167,24 +167,28 @@ pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
         None => SseParser::default(),
     };
     let body = RelayBody {
-        upstream: resp.into_body(),
+        upstream,
         watchdog: Watchdog::new(gw.config.resilience.watchdog_config(), now),
         down: Downstream { api: to.api, translator: to.translator, events: Vec::new() },
         parser,
         idle: Box::pin(tokio::time::sleep(to.idle_budget)),
         idle_budget: to.idle_budget,
         last_frame: tokio::time::Instant::now(),
-        out: std::collections::VecDeque::new(),
+        // Room for the events of a few chunks: the queue grows once, not step by step.
+        out: std::collections::VecDeque::with_capacity(16),
         fin: Some(fin),
     };
     let mut out = Response::new(body.boxed());
-    *out.status_mut() = status;
-    let h = out.headers_mut();
+    *out.status_mut() = parts.status;
+    // The upstream's header map, emptied, holds the stream's few headers: no new map per stream.
+    let mut h = parts.headers;
+    h.clear();
     h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     if let Some(v) = to.connection {
         h.insert(SELECTED_HEADER.clone(), v);
     }
+    *out.headers_mut() = h;
     out
 }
 

@@ -46,7 +46,11 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     *req.method_mut() = http::Method::POST;
     *req.uri_mut() = uri;
     let h = req.headers_mut();
-    h.reserve(4 + prep.headers.len());
+    // Room for every header this request may carry, so that the map grows once.
+    h.reserve(8 + prep.headers.len());
+    if let Some(host) = gw.endpoints.host(t.provider) {
+        h.insert(http::header::HOST, host.clone());
+    }
     h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     h.insert(http::header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
     if let Some((name, value)) = credential {
@@ -104,12 +108,12 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     let gw = Arc::clone(&attempt.gw);
     let target = attempt.target.clone();
     let (provider, connection) = gw.parts(&target);
-    let conn_id = connection.id.clone();
+    let conn_id = connection.id.as_str();
     let (limits, queue_slot, share_slot) = match admit(&gw, &target).await {
         Ok(x) => x,
         Err(e) => {
             attempt.record(AttemptOutcome::Neutral);
-            return Step::Fail(e, conn_id);
+            return Step::Fail(e, conn_id.to_owned());
         }
     };
     crate::state::interleave::point("upstream.before_send").await;
@@ -131,7 +135,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     // low-priority lane) before it goes anywhere else.
     let usage_limit = connection.usage_limit.as_ref().filter(|u| u.options().any());
     let mut lane = LaneRequest::default();
-    let mut slow = usage_limit.is_some() && gw.with_engine(|e| e.lane_slow(&conn_id, now));
+    let mut slow = usage_limit.is_some() && gw.with_engine(|e| e.lane_slow(conn_id, now));
     let mut started;
     let mut resend = false;
     let mut auth_renewed = false;
@@ -140,7 +144,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             Ok(r) => r,
             Err(e) => {
                 attempt.record(AttemptOutcome::Neutral);
-                return Step::Fail(e, conn_id);
+                return Step::Fail(e, conn_id.to_owned());
             }
         };
         if let Some(v) = attempt.trace.ids.and_then(|i| HeaderValue::try_from(i.traceparent()).ok()) {
@@ -156,7 +160,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         // refreshed meanwhile) and send again on the same connection, before anything counts.
         if let Some(generation) = generation.filter(|_| resp.status() == 401 && !auth_renewed) {
             auth_renewed = true;
-            if crate::sessions::refresh::renew(&gw, &conn_id, generation, clock.left(gw.clock.now())).await {
+            if crate::sessions::refresh::renew(&gw, conn_id, generation, clock.left(gw.clock.now())).await {
                 drop(resp);
                 resend = true;
                 continue;
@@ -168,7 +172,7 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
         drop(resp);
         if !after.is_zero() {
             tracing::info!(connection = %conn_id, wait_ms = after.as_millis() as u64, "usage limit: lane slot busy, waiting");
-            gw.metrics.usage_limit(&conn_id, "slow_wait");
+            gw.metrics.usage_limit(conn_id, "slow_wait");
             tokio::time::sleep(after).await;
         }
         // The wait may have outlasted the breaker or the connection.
@@ -186,7 +190,9 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     let status = resp.status();
     attempt.trace.answered(gw.clock.now(), status.as_u16(), resp.headers());
     observe_response(&gw, &target, &resp, started, status.is_success().then_some(route_key));
-    let slots = vec![Some(queue_slot), share_slot].into_iter().flatten().collect();
+    let mut slots = Vec::with_capacity(2);
+    slots.push(queue_slot);
+    slots.extend(share_slot);
     let sent = Sent { started, limits, slots };
     if status.is_success() {
         succeeded(attempt, inbound, prep, resp, sent).await
@@ -340,8 +346,8 @@ fn observe_response<C: Connect + Clone + Send + Sync + 'static, B>(
     let (provider, connection) = gw.parts(target);
     let now = gw.clock.now();
     let wall = gw.clock.wall_ms(now);
-    let headers: Vec<(&str, &str)> =
-        resp.headers().iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))).collect();
+    let mut headers: Vec<(&str, &str)> = Vec::with_capacity(resp.headers().len());
+    headers.extend(resp.headers().iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))));
     let cand = gw.candidate(target);
     gw.with_engine(|e| {
         e.observe_quota(now, &connection.id, &headers, wall);

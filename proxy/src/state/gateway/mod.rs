@@ -458,6 +458,8 @@ pub fn seconds_since(start: Instant, now: Instant) -> f64 {
 
 /// One admission queue, and how to wake the requests waiting in it (see [`queues`]).
 struct QueueEntry {
+    /// The queue's key, shared by its slots.
+    key: Arc<str>,
     queue: AdmissionQueue,
     wakers: BTreeMap<u64, oneshot::Sender<()>>,
 }

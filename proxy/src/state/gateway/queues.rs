@@ -20,14 +20,24 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         let now = self.clock.now();
         let (rx, waiter, deadline) = {
             let mut queues = lock(&self.queues);
-            let entry = queues.entry(key.to_owned()).or_insert_with(|| QueueEntry {
-                queue: AdmissionQueue::new(key, limits, mode),
-                wakers: BTreeMap::new(),
-            });
+            // Looked up by reference: a request through an existing queue copies no key.
+            if !queues.contains_key(key) {
+                let entry = QueueEntry {
+                    key: Arc::from(key),
+                    queue: AdmissionQueue::new(key, limits, mode),
+                    wakers: BTreeMap::new(),
+                };
+                queues.insert(key.to_owned(), entry);
+            }
+            let Some(entry) = queues.get_mut(key) else {
+                return Ok(Slot { gw: Arc::clone(self), key: Arc::from(key), permit: None });
+            };
             entry.queue.set_limits(limits);
             match entry.queue.try_enter(now) {
-                Enter::Run(p) => return Ok(Slot { gw: Arc::clone(self), key: key.to_owned(), permit: Some(p) }),
-                Enter::Bypass => return Ok(Slot { gw: Arc::clone(self), key: key.to_owned(), permit: None }),
+                Enter::Run(p) => {
+                    return Ok(Slot { gw: Arc::clone(self), key: Arc::clone(&entry.key), permit: Some(p) });
+                }
+                Enter::Bypass => return Ok(Slot { gw: Arc::clone(self), key: Arc::clone(&entry.key), permit: None }),
                 Enter::Reject(r) => return Err(r),
                 Enter::Wait { waiter, deadline } => {
                     let (tx, rx) = oneshot::channel();
@@ -46,7 +56,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         cancel.armed = false;
         let mut queues = lock(&self.queues);
         let Some(entry) = queues.get_mut(key) else {
-            return Ok(Slot { gw: Arc::clone(self), key: key.to_owned(), permit: None });
+            return Ok(Slot { gw: Arc::clone(self), key: Arc::from(key), permit: None });
         };
         entry.wakers.remove(&waiter);
         let result = if woken {
@@ -58,7 +68,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             map_expiry(entry.queue.expire(waiter))
         };
         self.metrics.queue(key, entry.queue.queued());
-        result.map(|permit| Slot { gw: Arc::clone(self), key: key.to_owned(), permit })
+        result.map(|permit| Slot { gw: Arc::clone(self), key: Arc::clone(&entry.key), permit })
     }
 
     fn release(&self, key: &str, permit: Permit) {
@@ -108,7 +118,7 @@ fn map_expiry(e: WaitExpiry) -> Result<Option<Permit>, QueueRejection> {
 /// A held queue slot (or a fail-open pass); released on drop.
 pub struct Slot<C: Connect + Clone + Send + Sync + 'static> {
     gw: Arc<Gateway<C>>,
-    key: String,
+    key: Arc<str>,
     permit: Option<Permit>,
 }
 
