@@ -163,18 +163,19 @@ impl Store {
         for w in writes {
             match w {
                 PinWrite::Set(s, p, c, at) => {
-                    tx.execute(
+                    tx.prepare_cached(
                         "INSERT INTO session_pins (session, provider, connection, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
                          ON CONFLICT(session, provider) DO UPDATE SET connection = excluded.connection, expires_at_ms = excluded.expires_at_ms",
-                        params![s, p, c, *at as i64],
-                    )?;
+                    )?
+                    .execute(params![s, p, c, *at as i64])?;
                 }
                 PinWrite::Drop(s, p) => {
-                    tx.execute("DELETE FROM session_pins WHERE session = ?1 AND provider = ?2", params![s, p])?;
+                    tx.prepare_cached("DELETE FROM session_pins WHERE session = ?1 AND provider = ?2")?
+                        .execute(params![s, p])?;
                 }
             }
         }
-        tx.execute("DELETE FROM session_pins WHERE expires_at_ms <= ?1", params![wall_ms as i64])?;
+        tx.prepare_cached("DELETE FROM session_pins WHERE expires_at_ms <= ?1")?.execute(params![wall_ms as i64])?;
         tx.commit()?;
         Ok(())
     }
@@ -229,13 +230,19 @@ fn upsert<T: serde::Serialize>(
     rows: &[(String, T)],
     wall_ms: u64,
 ) -> Result<(), StoreError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
     let sql = format!(
         "INSERT INTO {table} ({key}, snapshot, saved_at_ms) VALUES (?1, ?2, ?3)
          ON CONFLICT({key}) DO UPDATE SET snapshot = excluded.snapshot, saved_at_ms = excluded.saved_at_ms"
     );
+    // Parsed once per connection to the file and kept: the gateway writes these on its
+    // request path, after every failure that changes a breaker or a connection.
+    let mut stmt = tx.prepare_cached(&sql)?;
     for (id, snap) in rows {
         let json = serde_json::to_string(snap).map_err(|_| StoreError::Corrupt(id.clone()))?;
-        tx.execute(&sql, params![id, json, wall_ms as i64])?;
+        stmt.execute(params![id, json, wall_ms as i64])?;
     }
     Ok(())
 }
