@@ -87,6 +87,24 @@ fn at_the_cap_the_soonest_expiring_pins_make_room_a_slice_at_a_time() {
 }
 
 #[test]
+fn among_many_pins_each_key_finds_its_own() {
+    // Enough keys that many share the few hash bits the table compares first: a lookup must
+    // still tell the keys themselves apart.
+    let now = t0();
+    let mut a = Affinity::new();
+    let conn = |i: usize| format!("k{}", i % 7);
+    for i in 0..5_000 {
+        a.restore(now, &format!("s{i}"), &format!("p{}", i % 3), &conn(i), TTL);
+    }
+    for i in 0..5_000 {
+        assert_eq!(a.pinned(now, &format!("s{i}"), &format!("p{}", i % 3)), Some(conn(i).as_str()), "s{i}");
+        assert_eq!(a.pinned(now, &format!("s{i}"), &format!("p{}", (i + 1) % 3)), None, "s{i} on another provider");
+    }
+    assert_eq!(a.evict_connection("k3"), (0..5_000).filter(|i| i % 7 == 3).count());
+    assert_eq!(a.len(now), (0..5_000).filter(|i| i % 7 != 3).count());
+}
+
+#[test]
 fn touching_persists_only_after_half_the_ttl() {
     let now = t0();
     let mut a = Affinity::new();
