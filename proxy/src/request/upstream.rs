@@ -4,7 +4,7 @@
 
 use crate::edge::errors::{ProxyError, Source};
 pub(crate) use crate::request::answer::{Failure, Step, failure_error, transport_failure};
-use crate::request::answer::{Sent, failed, succeeded};
+use crate::request::answer::{Sent, failed, header_pairs, succeeded};
 use crate::request::attempt::Attempt;
 use crate::request::exchange::{self, ANTHROPIC_BETA, Inbound, Prepared};
 use crate::request::resolve::Target;
@@ -107,55 +107,99 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
 ) -> Step {
     let gw = Arc::clone(&attempt.gw);
     let target = attempt.target.clone();
-    let (provider, connection) = gw.parts(&target);
-    let conn_id = connection.id.as_str();
-    let (limits, queue_slot, share_slot) = match admit(&gw, &target).await {
+    let (limits, slots) = match admitted(&mut attempt).await {
+        Ok(x) => x,
+        Err(step) => return step,
+    };
+    let provider = gw.parts(&target).0;
+    if exchange::native(inbound.api) != provider.format {
+        gw.metrics.translation(exchange::api_name(inbound.api), exchange::format_name(provider.format));
+    }
+    let (resp, started) = match answered(&mut attempt, prep, &limits).await {
+        Ok(x) => x,
+        Err(step) => return step,
+    };
+    // Another request's outcome may be recorded between this answer and its own.
+    crate::state::interleave::point("upstream.before_outcome").await;
+    let status = resp.status();
+    attempt.trace.answered(gw.clock.now(), status.as_u16(), resp.headers());
+    observe_response(&gw, &target, &resp, started, status.is_success().then_some(route_key));
+    let sent = Sent { started, limits, slots };
+    if status.is_success() {
+        succeeded(attempt, inbound, prep, resp, sent).await
+    } else {
+        failed(attempt, inbound, resp).await
+    }
+}
+
+/// The attempt's queue slots, once the target is still eligible after the wait for them.
+async fn admitted<C: Connect + Clone + Send + Sync + 'static>(
+    attempt: &mut Attempt<C>,
+) -> Result<(QueueLimits, Vec<Slot<C>>), Step> {
+    let gw = Arc::clone(&attempt.gw);
+    let (limits, queue_slot, share_slot) = match admit(&gw, &attempt.target).await {
         Ok(x) => x,
         Err(e) => {
             attempt.record(AttemptOutcome::Neutral);
-            return Step::Fail(e, conn_id.to_owned());
+            return Err(Step::Fail(e, gw.parts(&attempt.target).1.id.clone()));
         }
     };
     crate::state::interleave::point("upstream.before_send").await;
     // The wait for a slot may have outlasted the breaker or the connection: re-check before
     // sending, so that nothing reaches a provider whose breaker opened meanwhile.
+    if turned_ineligible(attempt, "excluded while queued") {
+        return Err(Step::Excluded);
+    }
+    let mut slots = Vec::with_capacity(2);
+    slots.push(queue_slot);
+    slots.extend(share_slot);
+    Ok((limits, slots))
+}
+
+/// Whether the attempt's target turned ineligible while it waited (`waited` says for what, in
+/// the log); the attempt then ends without an outcome.
+fn turned_ineligible<C: Connect + Clone + Send + Sync + 'static>(attempt: &mut Attempt<C>, waited: &str) -> bool {
+    let gw = Arc::clone(&attempt.gw);
     let now = gw.clock.now();
-    let cand = gw.candidate(&target);
-    let ticket = attempt.ticket;
-    if let Some((reason, _)) = ticket.and_then(|t| gw.with_engine(|e| e.recheck(now, &cand, t))) {
-        tracing::debug!(provider = %provider.id, connection = %connection.id, reason = reason.as_str(), "excluded while queued");
-        attempt.record(AttemptOutcome::Neutral);
-        return Step::Excluded;
-    }
-    if exchange::native(inbound.api) != provider.format {
-        gw.metrics.translation(exchange::api_name(inbound.api), exchange::format_name(provider.format));
-    }
-    let clock = SendClock::new(provider.start_timeout_ms, &limits, gw.clock.now());
-    // M4: a Claude usage-limit 429 may be answered on this same connection (a reset, then the
-    // low-priority lane) before it goes anywhere else.
+    let cand = gw.candidate(&attempt.target);
+    let Some((reason, _)) = attempt.ticket.and_then(|t| gw.with_engine(|e| e.recheck(now, &cand, t))) else {
+        return false;
+    };
+    let (provider, connection) = gw.parts(&attempt.target);
+    tracing::debug!(provider = %provider.id, connection = %connection.id, reason = reason.as_str(), "{waited}");
+    attempt.record(AttemptOutcome::Neutral);
+    true
+}
+
+/// Sends the request until an answer is the attempt's to relay: again after an OAuth token is
+/// renewed (once), and as M4's usage-limit lane says (a Claude usage-limit 429 may be answered
+/// on this same connection, after a reset or in the low-priority lane, before it goes
+/// anywhere else). Returns the answer's head and when it was sent.
+async fn answered<C: Connect + Clone + Send + Sync + 'static>(
+    attempt: &mut Attempt<C>,
+    prep: &mut Prepared,
+    limits: &QueueLimits,
+) -> Result<(Response<hyper::body::Incoming>, std::time::Instant), Step> {
+    let gw = Arc::clone(&attempt.gw);
+    let target = attempt.target.clone();
+    let (provider, connection) = gw.parts(&target);
+    let conn_id = connection.id.as_str();
+    let clock = SendClock::new(provider.start_timeout_ms, limits, gw.clock.now());
     let usage_limit = connection.usage_limit.as_ref().filter(|u| u.options().any());
     let mut lane = LaneRequest::default();
-    let mut slow = usage_limit.is_some() && gw.with_engine(|e| e.lane_slow(conn_id, now));
-    let mut started;
+    let mut slow = usage_limit.is_some() && gw.with_engine(|e| e.lane_slow(conn_id, gw.clock.now()));
     let mut resend = false;
     let mut auth_renewed = false;
-    let resp = loop {
-        let (mut req, generation) = match upstream_request(&gw, &target, prep, slow) {
-            Ok(r) => r,
-            Err(e) => {
-                attempt.record(AttemptOutcome::Neutral);
-                return Step::Fail(e, conn_id.to_owned());
-            }
-        };
+    loop {
+        let (mut req, generation) = upstream_request(&gw, &target, prep, slow).map_err(|e| {
+            attempt.record(AttemptOutcome::Neutral);
+            Step::Fail(e, conn_id.to_owned())
+        })?;
         if let Some(v) = attempt.trace.ids.and_then(|i| HeaderValue::try_from(i.traceparent()).ok()) {
             req.headers_mut().insert(TRACEPARENT.clone(), v);
         }
         lane.sending(slow);
-        let resp;
-        (resp, started) = match send(&mut attempt, req, &clock, resend).await {
-            Ok(sent) => sent,
-            Err(step) => return step,
-        };
+        let (resp, started) = send(attempt, req, &clock, resend).await?;
         // An OAuth account's token refused: refresh once (or take the one another request
         // refreshed meanwhile) and send again on the same connection, before anything counts.
         if let Some(generation) = generation.filter(|_| resp.status() == 401 && !auth_renewed) {
@@ -166,9 +210,9 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
                 continue;
             }
         }
-        let Some(cfg) = usage_limit else { break resp };
+        let Some(cfg) = usage_limit else { return Ok((resp, started)) };
         let step = lane_step(&gw, connection, cfg, &resp, clock.left(gw.clock.now()), &mut lane).await;
-        let LaneStep::Retry { slow: next_slow, after } = step else { break resp };
+        let LaneStep::Retry { slow: next_slow, after } = step else { return Ok((resp, started)) };
         drop(resp);
         if !after.is_zero() {
             tracing::info!(connection = %conn_id, wait_ms = after.as_millis() as u64, "usage limit: lane slot busy, waiting");
@@ -176,28 +220,11 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
             tokio::time::sleep(after).await;
         }
         // The wait may have outlasted the breaker or the connection.
-        let now = gw.clock.now();
-        if let Some((reason, _)) = ticket.and_then(|t| gw.with_engine(|e| e.recheck(now, &cand, t))) {
-            tracing::debug!(connection = %conn_id, reason = reason.as_str(), "excluded while waiting in the usage-limit lane");
-            attempt.record(AttemptOutcome::Neutral);
-            return Step::Excluded;
+        if turned_ineligible(attempt, "excluded while waiting in the usage-limit lane") {
+            return Err(Step::Excluded);
         }
         slow = next_slow;
         resend = true;
-    };
-    // Another request's outcome may be recorded between this answer and its own.
-    crate::state::interleave::point("upstream.before_outcome").await;
-    let status = resp.status();
-    attempt.trace.answered(gw.clock.now(), status.as_u16(), resp.headers());
-    observe_response(&gw, &target, &resp, started, status.is_success().then_some(route_key));
-    let mut slots = Vec::with_capacity(2);
-    slots.push(queue_slot);
-    slots.extend(share_slot);
-    let sent = Sent { started, limits, slots };
-    if status.is_success() {
-        succeeded(attempt, inbound, prep, resp, sent).await
-    } else {
-        failed(attempt, inbound, resp).await
     }
 }
 
@@ -314,8 +341,7 @@ async fn lane_step<C: Connect + Clone + Send + Sync + 'static, B>(
     lane: &mut LaneRequest,
 ) -> LaneStep {
     let opts = cfg.options();
-    let headers: Vec<(&str, &str)> =
-        resp.headers().iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))).collect();
+    let headers = header_pairs(resp.headers());
     let unified = Unified::parse(&headers);
     let now = gw.clock.now();
     let wall = gw.clock.wall_ms(now);
@@ -346,8 +372,7 @@ fn observe_response<C: Connect + Clone + Send + Sync + 'static, B>(
     let (provider, connection) = gw.parts(target);
     let now = gw.clock.now();
     let wall = gw.clock.wall_ms(now);
-    let mut headers: Vec<(&str, &str)> = Vec::with_capacity(resp.headers().len());
-    headers.extend(resp.headers().iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))));
+    let headers = header_pairs(resp.headers());
     let cand = gw.candidate(target);
     gw.with_engine(|e| {
         e.observe_quota(now, &connection.id, &headers, wall);
