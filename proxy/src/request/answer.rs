@@ -14,7 +14,7 @@ use ferroute_core::admission::QueueLimits;
 use ferroute_core::classify::Decision;
 use ferroute_core::engine::AttemptOutcome;
 use http::{HeaderValue, Response};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::Limited;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::Connect;
 use std::sync::Arc;
@@ -60,6 +60,13 @@ pub(crate) struct Sent<C: Connect + Clone + Send + Sync + 'static> {
     pub(crate) started: Instant,
     pub(crate) limits: QueueLimits,
     pub(crate) slots: Vec<Slot<C>>,
+}
+
+/// A response's headers as (name, value) pairs for the core, those that are text.
+pub(crate) fn header_pairs(headers: &http::HeaderMap) -> Vec<(&str, &str)> {
+    let mut pairs = Vec::with_capacity(headers.len());
+    pairs.extend(headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))));
+    pairs
 }
 
 /// A 2xx: relayed as a stream, or read whole and answered in the client's API.
@@ -162,12 +169,11 @@ pub(crate) async fn failed<C: Connect + Clone + Send + Sync + 'static>(
     let conn_id = gw.parts(&target).1.id.clone();
     let status = resp.status();
     let (parts, body) = resp.into_parts();
-    let text = match tokio::time::timeout(Duration::from_secs(30), Limited::new(body, MAX_ERROR_BODY).collect()).await {
-        Ok(Ok(c)) => String::from_utf8_lossy(&c.to_bytes()).into_owned(),
+    let text = match tokio::time::timeout(Duration::from_secs(30), whole(Limited::new(body, MAX_ERROR_BODY))).await {
+        Ok(Ok(b)) => String::from_utf8_lossy(&b).into_owned(),
         _ => String::new(),
     };
-    let headers: Vec<(&str, &str)> =
-        parts.headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))).collect();
+    let headers = header_pairs(&parts.headers);
     let tool_limit = ferroute_core::classify::tool_limit(status.as_u16(), &text, inbound_tools(inbound));
     let tool_limited = tool_limit.is_some();
     if let Some(limit) = tool_limit {

@@ -43,18 +43,16 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
     let combo = plan.combo;
     // The route's key outlives the plan only where something keeps it.
     let kept = combo || gw.recorder.is_some() || ids.is_some();
-    let key = if kept { plan.key.clone() } else { String::new() };
+    let key = kept.then(|| plan.key.clone());
     let mut steps = Vec::new();
     let resp = run(Arc::clone(&gw), plan, inbound, preps, ask, (request, ids), combo.then_some(&mut steps)).await;
     let status = resp.status().as_u16();
     let now = gw.clock.wall_now_ms();
-    if combo {
-        gw.history.paths().add(&key, Path { at: rfc3339(now), status, steps });
+    if combo && let Some(key) = &key {
+        gw.history.paths().add(key, Path { at: rfc3339(now), status, steps });
     }
     let telemetry = gw.telemetry.get().zip(ids);
-    if gw.recorder.is_none() && telemetry.is_none() {
-        return resp;
-    }
+    let Some(key) = key.filter(|_| gw.recorder.is_some() || telemetry.is_some()) else { return resp };
     let record = RequestRecord {
         request,
         at_ms: arrived,

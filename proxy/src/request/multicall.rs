@@ -7,6 +7,7 @@
 
 use crate::config::Format;
 use crate::edge::auth::Client;
+use crate::edge::body::whole;
 use crate::edge::errors::{Body, ProxyError, Source, full};
 use crate::request::dispatch::dispatch;
 use crate::request::exchange::{self, Inbound};
@@ -16,7 +17,6 @@ use crate::request::resolve::Plan;
 use crate::state::gateway::Gateway;
 use crate::translate::{ClientApi, Untranslatable};
 use http::{HeaderValue, Response};
-use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::Connect;
 use serde_json::Value;
 use std::sync::Arc;
@@ -108,10 +108,7 @@ async fn answer<C: Connect + Clone + Send + Sync + 'static>(
 ) -> Answer {
     let resp = routed(gw, plan_, &inbound).await;
     let (parts, body) = resp.into_parts();
-    let bytes = match body.collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(_) => bytes::Bytes::new(),
-    };
+    let bytes = whole(body).await.unwrap_or_default();
     let text = if parts.status.is_success() {
         serde_json::from_slice::<Value>(&bytes)
             .ok()

@@ -2,11 +2,12 @@
 //! what its answer means (new tokens, try again later, or the refresh token is dead).
 
 use crate::config::OAuthConfig;
+use crate::edge::body::whole;
 use crate::state::gateway::Gateway;
 use bytes::Bytes;
 use ferroute_core::oauth::Lifetime;
 use http::{Request, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{Full, Limited};
 use hyper_util::client::legacy::connect::Connect;
 use serde::Deserialize;
 use std::time::Duration;
@@ -84,11 +85,10 @@ pub async fn ask<C: Connect + Clone + Send + Sync + 'static>(
         Ok(Ok(r)) => r,
     };
     let status = resp.status();
-    let bytes =
-        match tokio::time::timeout(TOKEN_TIMEOUT, Limited::new(resp.into_body(), MAX_TOKEN_BODY).collect()).await {
-            Ok(Ok(c)) => c.to_bytes(),
-            _ => return Reply::Retry(format!("the token endpoint's {status} answer broke off")),
-        };
+    let bytes = match tokio::time::timeout(TOKEN_TIMEOUT, whole(Limited::new(resp.into_body(), MAX_TOKEN_BODY))).await {
+        Ok(Ok(b)) => b,
+        _ => return Reply::Retry(format!("the token endpoint's {status} answer broke off")),
+    };
     let error_code = || {
         serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()

@@ -3,11 +3,12 @@
 //! bodies and decides what the outcome means; this file only speaks HTTP.
 
 use crate::config::{ConnectionConfig, UsageLimitConfig};
+use crate::edge::body::whole;
 use crate::state::gateway::Gateway;
 use bytes::Bytes;
 use ferroute_core::usage_limit::reset::{self, ResetOutcome};
 use http::{Method, Request};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{Full, Limited};
 use hyper_util::client::legacy::connect::Connect;
 use std::time::Duration;
 
@@ -70,7 +71,7 @@ async fn call<C: Connect + Clone + Send + Sync + 'static>(
             tracing::info!(connection = %connection.id, status = resp.status().as_u16(), %url, "usage limit: endpoint answered with an error");
             return None;
         }
-        Limited::new(resp.into_body(), MAX_BODY).collect().await.ok().map(|c| c.to_bytes())
+        whole(Limited::new(resp.into_body(), MAX_BODY)).await.ok()
     };
     match tokio::time::timeout(limit, fetch).await {
         Ok(body) => body,

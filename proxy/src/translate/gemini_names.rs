@@ -28,16 +28,7 @@ pub(super) fn normalised(v: &Value, inside_schema: bool) -> Value {
             m.iter()
                 .map(|(k, v)| {
                     let key = if inside_schema { k.clone() } else { camel(k) };
-                    let schema = inside_schema
-                        || matches!(
-                            key.as_str(),
-                            "parameters"
-                                | "parametersJsonSchema"
-                                | "responseSchema"
-                                | "responseJsonSchema"
-                                | "args"
-                                | "response"
-                        );
+                    let schema = inside_schema || SCHEMA_KEYS.contains(&key.as_str());
                     (key, normalised(v, schema))
                 })
                 .collect(),
