@@ -4,6 +4,7 @@
 //! timestamps) need the caller's wall clock, passed in as Unix milliseconds; without it only
 //! relative hints are understood.
 
+use crate::types::trim;
 use std::time::Duration;
 
 /// The longest hint ever honoured: 30 days.
@@ -33,7 +34,7 @@ pub struct RetryHint {
 
 /// Case-insensitive header lookup over name/value pairs.
 pub fn header<'a>(headers: &[(&str, &'a str)], name: &str) -> Option<&'a str> {
-    headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim())
+    headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| trim(v))
 }
 
 /// Headers first (Retry-After, then the longest reset header), then the body.
@@ -70,7 +71,7 @@ pub fn from_headers(headers: &[(&str, &str)], wall_now_ms: Option<u64>) -> Optio
 
 /// Parses `Retry-After`: delay-seconds or an IMF-fixdate.
 pub fn parse_retry_after(v: &str, wall_now_ms: Option<u64>) -> Option<Duration> {
-    let v = v.trim();
+    let v = trim(v);
     if let Ok(secs) = v.parse::<u64>() {
         return nonzero(Duration::from_secs(secs));
     }

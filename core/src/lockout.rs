@@ -6,7 +6,7 @@
 //! lock; each healthy response halves the count, and at 0 the lockout is gone.
 
 use crate::settings::ModelLockoutSettings;
-use crate::types::{Reason, Scope, scaled};
+use crate::types::{Reason, Scope, scaled, trim};
 use rustc_hash::FxBuildHasher;
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -92,9 +92,9 @@ impl Lock {
     /// (a 404 locks the model itself at family scope), or its exact key.
     fn covers(&self, provider: &str, model: &str, family: Option<&str>) -> bool {
         self.provider == provider
-            && (self.subject.eq_ignore_ascii_case(model.trim())
+            && (self.subject.eq_ignore_ascii_case(trim(model))
                 || (self.scope == LockScope::QuotaFamily
-                    && family.is_some_and(|f| self.subject.eq_ignore_ascii_case(f.trim()))))
+                    && family.is_some_and(|f| self.subject.eq_ignore_ascii_case(trim(f)))))
     }
 }
 
@@ -154,7 +154,7 @@ type Bucket = Map<Vec<Lock>>;
 /// The key a model or family is filed under: trimmed, ASCII lower-case (borrowed when it
 /// already is, as model names nearly always are).
 fn key(s: &str) -> Cow<'_, str> {
-    let s = s.trim();
+    let s = trim(s);
     if s.bytes().any(|b| b.is_ascii_uppercase()) { Cow::Owned(s.to_ascii_lowercase()) } else { Cow::Borrowed(s) }
 }
 
@@ -188,8 +188,8 @@ impl ModelLockouts {
     pub fn record_failure(&mut self, now: Instant, cfg: &LockoutConfig, req: &LockRequest<'_>) -> Duration {
         let scope = resolve_scope(req.status, req.scope);
         let subject = match (scope, req.family) {
-            (LockScope::QuotaFamily, Some(f)) if req.status != 404 => f.trim(),
-            _ => req.model.trim(),
+            (LockScope::QuotaFamily, Some(f)) if req.status != 404 => trim(f),
+            _ => trim(req.model),
         };
         let bucket = self.locks.entry_ref(req.connection).or_default();
         let locks = bucket.entry_ref(key(subject).as_ref()).or_default();

@@ -201,3 +201,25 @@ pub fn scaled(base: std::time::Duration, exp: u32) -> std::time::Duration {
     let factor = 1u32.checked_shl(exp.min(31)).unwrap_or(u32::MAX);
     base.saturating_mul(factor)
 }
+
+/// `s.trim()`, without decoding characters when both ends are visible ASCII (model names and
+/// header values nearly always are: nothing to trim then).
+pub fn trim(s: &str) -> &str {
+    match (s.as_bytes().first(), s.as_bytes().last()) {
+        (Some(a), Some(z)) if a.is_ascii_graphic() && z.is_ascii_graphic() => s,
+        _ => s.trim(),
+    }
+}
+
+#[cfg(test)]
+mod trim_tests {
+    proptest::proptest! {
+        /// The same as `str::trim` for any text, Unicode spaces and control characters included.
+        #[test]
+        fn trims_as_str_trim_does(parts in proptest::collection::vec(proptest::sample::select(
+            vec![" ", "\t", "\u{b}", "\u{a0}", "\u{3000}", "a", "gpt-4o", "é", "\n", "~", "\u{7f}"]), 0..6)) {
+            let s: String = parts.concat();
+            proptest::prop_assert_eq!(super::trim(&s), s.trim());
+        }
+    }
+}

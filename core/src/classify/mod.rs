@@ -84,16 +84,9 @@ pub fn classify(input: &ErrorInput<'_>, profile: &CooldownProfile, operator: &[O
     let haystack = if restate::rules_for(input.provider).is_empty() { "" } else { lower.get() };
     let restated = restate(input.provider, input.status, haystack, upstream_hint.map(|h| h.wait));
     let status = restated.status;
-    let mut cx = Cx {
-        sig: text::Signals::scan(lower.for_scan()),
-        structured: None,
-        input,
-        profile,
-        operator,
-        lower: &lower,
-        status,
-        hint: upstream_hint,
-    };
+    let sig = text::Signals::scan(lower.for_scan());
+    let mut cx =
+        Cx { sig: &sig, structured: None, input, profile, operator, lower: &lower, status, hint: upstream_hint };
     let mut d = cx.ordered();
     d.upstream_status = input.status;
     d.restated_by = restated.rule_id;
@@ -124,7 +117,7 @@ fn apply_layers(d: &mut Decision, status: u16) {
 
 struct Cx<'a> {
     /// Every text marker, found in one pass.
-    sig: text::Signals,
+    sig: &'a text::Signals,
     /// The structured error's code and type, parsed once on first use.
     structured: Option<String>,
     input: &'a ErrorInput<'a>,
@@ -278,7 +271,7 @@ impl Cx<'_> {
         }
         // 4. The configured rule table: text rules, then status rules. An API-key 429 that
         // does not look like quota exhaustion is a plain rate limit whatever its text says.
-        let preserve_quota_429 = class == ProviderClass::OAuth || text::looks_like_quota_exhausted(&self.sig);
+        let preserve_quota_429 = class == ProviderClass::OAuth || text::looks_like_quota_exhausted(self.sig);
         if (status != 429 || preserve_quota_429)
             && let Some(d) = self.text_table()
         {
@@ -290,10 +283,10 @@ impl Cx<'_> {
         // 7. 400: fall back only for model-access, capacity and rate-limit errors.
         if status == 400 || status == 422 {
             let structured = self.structured_code().to_owned();
-            if text::is_model_access_or_capacity(&self.sig, &structured) {
+            if text::is_model_access_or_capacity(self.sig, &structured) {
                 return self.base(Reason::ModelCapacity, true, ConnectionEffect::None);
             }
-            if text::is_rate_limit_400(&self.sig) {
+            if text::is_rate_limit_400(self.sig) {
                 return self.retryable(Reason::RateLimitExceeded);
             }
             return self.no_fallback(Reason::Unknown);
@@ -348,13 +341,13 @@ impl Cx<'_> {
         let status = self.status;
         let class = self.input.class;
         let use_quota_signal =
-            status != 429 || class == ProviderClass::OAuth || text::looks_like_quota_exhausted(&self.sig);
+            status != 429 || class == ProviderClass::OAuth || text::looks_like_quota_exhausted(self.sig);
         // a. Deactivated or banned accounts are terminal.
-        if text::is_account_deactivated(&self.sig) {
+        if text::is_account_deactivated(self.sig) {
             return Some(self.terminal(Reason::AuthError, TerminalState::Banned));
         }
         // b, c. A retired model or a moved endpoint: a day.
-        if (status == 404 || status == 410) && text::is_retired_model(&self.sig) {
+        if (status == 404 || status == 410) && text::is_retired_model(self.sig) {
             let mut d = self.fixed(Reason::NotFound, Duration::from_secs(86_400));
             d.connection = ConnectionEffect::None;
             d.lock = LockSuggestion {
@@ -364,36 +357,36 @@ impl Cx<'_> {
             };
             return Some(d);
         }
-        if text::is_endpoint_moved(&self.sig) {
+        if text::is_endpoint_moved(self.sig) {
             return Some(self.fixed(Reason::NotFound, Duration::from_secs(86_400)));
         }
         // d, f. Billing suspension and exhausted credits end in `credits_exhausted`.
-        if text::is_billing_suspended(&self.sig) || (use_quota_signal && text::is_credits_exhausted(&self.sig)) {
+        if text::is_billing_suspended(self.sig) || (use_quota_signal && text::is_credits_exhausted(self.sig)) {
             return Some(self.terminal(Reason::QuotaExhausted, TerminalState::CreditsExhausted));
         }
         // g. A daily quota: until the daily reset.
-        if use_quota_signal && text::is_daily_quota_exhausted(&self.sig) {
+        if use_quota_signal && text::is_daily_quota_exhausted(self.sig) {
             let wait = self.until_daily_reset();
             let mut d = self.fixed(Reason::QuotaExhausted, wait);
             d.client_retry_after = Some(wait);
             return Some(d);
         }
         // h. A subscription usage limit: the upstream's hint, else an hour.
-        if use_quota_signal && text::is_subscription_limit(&self.sig, self.input.provider) {
+        if use_quota_signal && text::is_subscription_limit(self.sig, self.input.provider) {
             let wait = self.hint.map_or(Duration::from_secs(3600), |h| h.wait);
             let mut d = self.fixed(Reason::QuotaExhausted, wait);
             d.client_retry_after = Some(wait);
             return Some(d);
         }
         // i, j. Weekly and session caps.
-        if text::is_weekly_cap(&self.sig) {
+        if text::is_weekly_cap(self.sig) {
             return Some(self.fixed(Reason::QuotaExhausted, Duration::from_secs(86_400)));
         }
-        if text::is_session_cap(&self.sig) {
+        if text::is_session_cap(self.sig) {
             return Some(self.fixed(Reason::QuotaExhausted, Duration::from_secs(5 * 3600)));
         }
         // k. A reset hint plus quota text: the hint decides.
-        if use_quota_signal && self.hint.is_some() && text::text_reason(&self.sig) == Some(Reason::QuotaExhausted) {
+        if use_quota_signal && self.hint.is_some() && text::text_reason(self.sig) == Some(Reason::QuotaExhausted) {
             return Some(self.retryable(Reason::QuotaExhausted));
         }
         if status == 403 {
@@ -437,7 +430,7 @@ impl Cx<'_> {
         if self.sig.has(M::ImproperlyFormedRequest) {
             return Some(self.base(Reason::ModelCapacity, true, ConnectionEffect::None));
         }
-        let reason = text::text_reason(&self.sig)?;
+        let reason = text::text_reason(self.sig)?;
         Some(self.with_rule(provider_rule, reason))
     }
 
