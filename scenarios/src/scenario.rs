@@ -243,6 +243,23 @@ pub struct Expect {
     /// Lines of the run's event log containing a text, counted (`lane c1 ended max_wait`).
     #[serde(default)]
     pub log: Vec<LogExpect>,
+    /// Sessions (M5): each session's answers came from one connection.
+    #[serde(default)]
+    pub sessions: Option<SessionsExpect>,
+}
+
+/// Every successful answer of one session (the request's `x-session-id`) came from the same
+/// connection; `min_sessions` and `min_connections` keep the check from passing vacuously
+/// (sessions spread over that many connections).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsExpect {
+    /// Sessions with at least two successful answers, at least.
+    #[serde(default)]
+    pub min_sessions: u64,
+    /// Connections serving sessions, at least.
+    #[serde(default)]
+    pub min_connections: u64,
 }
 
 /// How many event-log lines contain `contains`.

@@ -461,6 +461,7 @@ mod tests {
             code: Some("server_error".into()),
             retry_after_s: Some(5),
             connection: Some("k1".into()),
+            session: None,
             done: false,
             error: None,
             headers: Default::default(),

@@ -29,9 +29,14 @@ pub(crate) async fn request(
         true => b.header("x-goog-api-key", SIM_CLIENT_KEY),
         false => b.header("authorization", format!("Bearer {SIM_CLIENT_KEY}")),
     };
+    let mut session = None;
     for (k, v) in &w.headers {
         // `{seq}` in a header value is the request's number (an owner id per request).
-        b = b.header(k.as_str(), v.replace("{seq}", &format!("{seq:0>3}")));
+        let v = v.replace("{seq}", &format!("{seq:0>3}"));
+        if k.eq_ignore_ascii_case("x-session-id") {
+            session = Some(v.clone());
+        }
+        b = b.header(k.as_str(), v);
     }
     let mut out = Outcome {
         client,
@@ -42,6 +47,7 @@ pub(crate) async fn request(
         code: None,
         retry_after_s: None,
         connection: None,
+        session,
         done: false,
         error: None,
         headers: Default::default(),

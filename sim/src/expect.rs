@@ -6,6 +6,7 @@ use crate::check::Outcome;
 use crate::shared::{Shared, lock, ms};
 use ferroute_core::connection::MAX_ERROR_CHARS;
 use scenarios::scenario::Scenario;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -272,11 +273,51 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
         }
     }
     check_targets(&mut s, t, &exp.targets);
+    if let Some(e) = &exp.sessions {
+        check_sessions(&mut s, t, e);
+    }
     for l in &exp.log {
         let n = s.rec.log.iter().filter(|(_, line)| line.contains(&l.contains)).count() as u64;
         if l.min.is_some_and(|m| n < m) || l.max.is_some_and(|m| n > m) {
             s.rec.violate(t, format!("{n} log lines contain {:?} (expected {:?}..={:?})", l.contains, l.min, l.max));
         }
+    }
+}
+
+/// Each session's successful answers came from one connection (M5: an eligible pin wins).
+fn check_sessions(s: &mut Shared, t: u64, e: &scenarios::scenario::SessionsExpect) {
+    let mut by_session: BTreeMap<&str, BTreeMap<&str, Vec<String>>> = BTreeMap::new();
+    for o in &s.rec.outcomes {
+        if let (Some(session), Some(connection), Some(200)) = (&o.session, &o.connection, o.status) {
+            let answers = by_session.entry(session).or_default().entry(connection).or_default();
+            answers.push(format!("{}#{}", o.client, o.seq));
+        }
+    }
+    let mut bad = Vec::new();
+    let mut connections = BTreeSet::new();
+    let mut sessions = 0u64;
+    for (session, served) in &by_session {
+        connections.extend(served.keys().copied());
+        if served.values().map(Vec::len).sum::<usize>() >= 2 {
+            sessions += 1;
+        }
+        if served.len() > 1 {
+            let how: Vec<String> = served.iter().map(|(c, rs)| format!("{c} ({})", rs.join(", "))).collect();
+            bad.push(format!("session {session} was served by {}", how.join(" and ")));
+        }
+    }
+    let (seen, spread) = (sessions, connections.len() as u64);
+    for b in bad {
+        s.rec.violate(t, b);
+    }
+    if seen < e.min_sessions {
+        s.rec.violate(t, format!("{seen} sessions answered twice or more (expected at least {})", e.min_sessions));
+    }
+    if spread < e.min_connections {
+        s.rec.violate(
+            t,
+            format!("sessions were served by {spread} connections (expected at least {})", e.min_connections),
+        );
     }
 }
 

@@ -19,6 +19,8 @@ pub struct Outcome {
     pub retry_after_s: Option<u64>,
     /// `X-Ferroute-Selected-Connection-Id`.
     pub connection: Option<String>,
+    /// The request's `x-session-id` (M5), as sent.
+    pub session: Option<String>,
     /// Whether `[DONE]` (or `message_stop`) arrived on a stream.
     pub done: bool,
     /// A transport error, when no response arrived.
@@ -44,6 +46,7 @@ impl Outcome {
             code: None,
             retry_after_s: None,
             connection: None,
+            session: None,
             done: false,
             error: Some(why),
             headers: Default::default(),

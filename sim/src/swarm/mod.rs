@@ -146,6 +146,7 @@ pub fn generate_with(seed: u64, focus: Focus) -> Scenario {
             calls: Vec::new(),
             targets: Vec::new(),
             log: Vec::new(),
+            sessions: None,
         },
     }
 }
