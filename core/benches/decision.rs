@@ -20,6 +20,9 @@ fn decision(c: &mut Criterion) {
 
     c.bench_function("select_classify_record_429_of_8", |b| {
         let mut engine = Engine::new(settings.clone(), 1);
+        // The keys' places, resolved once as the gateway does per config.
+        let keys = common::slots(&mut engine);
+        let cands = common::slotted(&keys);
         let mut now = start();
         b.iter(|| {
             // An hour on, every cooldown and lockout of earlier iterations has passed, so each

@@ -81,8 +81,9 @@ fn main() -> Result<(), String> {
         Some(n) => n.parse().map_err(|_| format!("COUNT must be a number, not {n:?}"))?,
         None => 1_000,
     };
-    let cands = common::round_robin_of_8();
     let mut engine = Engine::new(common::settings(), 1);
+    let keys = common::slots(&mut engine);
+    let cands = common::slotted(&keys);
     let mut now = start();
     build(&mut engine, world, now)?;
     let skip = Tried::new();

@@ -84,7 +84,8 @@ pub fn classify(input: &ErrorInput<'_>, profile: &CooldownProfile, operator: &[O
     let haystack = if restate::rules_for(input.provider).is_empty() { "" } else { lower.get() };
     let restated = restate(input.provider, input.status, haystack, upstream_hint.map(|h| h.wait));
     let status = restated.status;
-    let sig = text::Signals::scan(lower.for_scan());
+    let mut sig = text::Signals::none();
+    sig.scan_into(lower.for_scan());
     let mut cx =
         Cx { sig: &sig, structured: None, input, profile, operator, lower: &lower, status, hint: upstream_hint };
     let mut d = cx.ordered();

@@ -181,16 +181,27 @@ const ABSENT: u32 = u32::MAX;
 impl Signals {
     /// One pass over the body: lower-cased, or ASCII in any case (the scan reads ASCII
     /// capitals as small letters, as lower-casing would).
+    #[cfg(test)]
     pub fn scan(text: &str) -> Signals {
-        let mut s = Signals { first_end: [ABSENT; N], last_start: [ABSENT; N] };
-        let Some(scanner) = SCANNER.as_ref() else { return s };
-        scanner.scan(text.as_bytes(), |i, start, end| {
-            if s.first_end[i] == ABSENT {
-                s.first_end[i] = end as u32;
-            }
-            s.last_start[i] = start as u32;
-        });
+        let mut s = Signals::none();
+        s.scan_into(text);
         s
+    }
+
+    /// No marker found yet.
+    pub fn none() -> Signals {
+        Signals { first_end: [ABSENT; N], last_start: [ABSENT; N] }
+    }
+
+    /// [`Signals::scan`] into signals that hold none yet (no 1 KiB copy on the way back).
+    pub fn scan_into(&mut self, text: &str) {
+        let Some(scanner) = SCANNER.as_ref() else { return };
+        scanner.scan(text.as_bytes(), |i, start, end| {
+            if self.first_end[i] == ABSENT {
+                self.first_end[i] = end as u32;
+            }
+            self.last_start[i] = start as u32;
+        });
     }
 
     /// Whether `m` occurs.

@@ -12,7 +12,7 @@ impl Engine {
     /// Ends connection `id` as `expired`: its account needs a new sign-in. Returns whether its
     /// state changed (a terminal state is never overwritten).
     pub fn end_connection(&mut self, now: Instant, id: &str, message: &str) -> bool {
-        let state = self.connections.entry_ref(id).or_default();
+        let state = self.conns.get_mut(id);
         let applied = state.end(now, TerminalState::Expired, Reason::AuthError, 401, message);
         if applied == Applied::Unchanged {
             return false;

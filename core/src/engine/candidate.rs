@@ -16,6 +16,9 @@ pub struct Candidate<'a> {
     pub class: ProviderClass,
     /// Connection id.
     pub connection: &'a str,
+    /// The connection's place in the engine's tables ([`super::Engine::slot`]), or
+    /// [`Slot::NONE`] to find it by id.
+    pub slot: Slot,
     /// Model as sent upstream.
     pub model: &'a str,
     /// The model's quota family, if the provider declares one.
@@ -27,7 +30,33 @@ pub struct Candidate<'a> {
 impl<'a> Candidate<'a> {
     /// A candidate with default traits (target 0, weight 1, priority among connections).
     pub fn new(provider: &'a str, class: ProviderClass, connection: &'a str, model: &'a str) -> Self {
-        Candidate { provider, class, connection, model, family: None, traits: Traits::default() }
+        Candidate { provider, class, connection, slot: Slot::NONE, model, family: None, traits: Traits::default() }
+    }
+}
+
+/// A connection's place in the engine's tables ([`super::Engine::slot`]). [`Slot::NONE`] (the
+/// default) means "find it by id".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Slot(u32);
+
+impl Slot {
+    /// No place: the candidate is found by its id.
+    pub const NONE: Slot = Slot(u32::MAX);
+
+    /// The place at `index`.
+    pub(super) fn at(index: u32) -> Slot {
+        Slot(index)
+    }
+
+    /// Its index (out of any table's range for [`Slot::NONE`]).
+    pub(super) fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot::NONE
     }
 }
 

@@ -33,7 +33,7 @@ impl Engine {
             exact_is_upstream_reset: d.lock.upstream_reset && exact.is_some(),
         };
         let cooldown = self.lockouts.record_failure(now, lc, &req);
-        let connection = connection.unwrap_or_else(|| self.intern(c.connection));
+        let connection = connection.unwrap_or_else(|| self.conns.id(c));
         let (provider, model) = (self.intern(c.provider), self.intern(c.model));
         if self.outbox.is_some() {
             let (provider, connection, model) = (Arc::clone(&provider), Arc::clone(&connection), Arc::clone(&model));
@@ -47,8 +47,7 @@ impl Engine {
     /// before its deadline and is announced.
     pub(super) fn decay_lockouts(&mut self, now: Instant, c: &Candidate<'_>) {
         for model in self.lockouts.decay(now, c.provider, c.connection, c.model, c.family) {
-            let (provider, connection, model) =
-                (self.intern(c.provider), self.intern(c.connection), self.intern(&model));
+            let (provider, connection, model) = (self.intern(c.provider), self.conns.id(c), self.intern(&model));
             self.push(Event::LockoutDecayed { provider, connection, model });
         }
     }

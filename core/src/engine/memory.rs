@@ -7,14 +7,12 @@ use crate::quota::QuotaReport;
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
 
-/// What routing remembers of traffic: requests in flight and dispatched per connection, the
-/// last good target per route key, smoothed latency per provider, reported quotas per
+/// What routing remembers of traffic (requests in flight and dispatched are kept with each
+/// connection's place, see `slots`): the last good target per route key, smoothed latency per provider, reported quotas per
 /// connection and learned tool limits per provider/model. Bounded: each map is cleared when it
 /// reaches [`USAGE_CAP`] keys (ids come from config, so this only guards against misuse).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Usage {
-    /// Requests in flight and dispatched, per connection (one lookup for both).
-    pub(super) traffic: FxHashMap<String, Traffic>,
     pub(super) last_good: FxHashMap<String, (String, String)>,
     pub(super) latency_ms: FxHashMap<String, f64>,
     pub(super) quotas: FxHashMap<String, QuotaReport>,

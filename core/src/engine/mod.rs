@@ -18,7 +18,7 @@ use crate::types::{Reason, TerminalState};
 use crate::usage_limit::{LaneRequest, LaneView, Lanes, Options as LaneOptions, ResetOutcome, Seen, Step as LaneStep};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use rustc_hash::{FxBuildHasher, FxHashSet};
+use rustc_hash::FxHashSet;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ pub struct Engine {
     settings: ResilienceSettings,
     derived: Derived,
     breakers: BreakerRegistry,
-    connections: hashbrown::HashMap<String, ConnectionState, FxBuildHasher>,
+    conns: slots::Slots,
     lockouts: ModelLockouts,
     tracker: ProviderCooldownTracker,
     memory: Memory,
@@ -68,7 +68,7 @@ impl Engine {
             derived: Derived::new(&settings),
             settings,
             breakers: BreakerRegistry::default(),
-            connections: hashbrown::HashMap::default(),
+            conns: slots::Slots::default(),
             lockouts: ModelLockouts::new(),
             tracker: ProviderCooldownTracker::new(),
             memory: Memory::default(),
@@ -95,6 +95,13 @@ impl Engine {
         self.settings = settings;
     }
 
+    /// The place of connection `id` in the engine's tables, and the engine's copy of the id: a
+    /// candidate that carries both (`slot`, and `connection` borrowed from that copy) is found
+    /// without hashing its id. Stays valid for the engine's life; resolve once per config.
+    pub fn slot(&mut self, id: &str) -> (Slot, Arc<str>) {
+        self.conns.slot(id)
+    }
+
     /// The breakers.
     pub fn breakers(&self) -> &BreakerRegistry {
         &self.breakers
@@ -107,24 +114,24 @@ impl Engine {
 
     /// A connection's state (a fresh one if never seen).
     pub fn connection(&self, id: &str) -> ConnectionState {
-        self.connections.get(id).cloned().unwrap_or_default()
+        self.conns.get(id).cloned().unwrap_or_default()
     }
 
     /// Every connection seen, in id order.
     pub fn connections(&self) -> impl Iterator<Item = (&str, &ConnectionState)> {
-        let mut all: Vec<(&str, &ConnectionState)> = self.connections.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let mut all: Vec<(&str, &ConnectionState)> = self.conns.iter().collect();
         all.sort_unstable_by_key(|(k, _)| *k);
         all.into_iter()
     }
 
     /// Restores a persisted connection state.
     pub fn restore_connection(&mut self, id: &str, snap: &ConnectionSnapshot, now: Instant) {
-        self.connections.insert(id.to_owned(), ConnectionState::restore(snap, now));
+        self.conns.insert(id, ConnectionState::restore(snap, now));
     }
 
     /// Operator reset of one connection.
     pub fn reset_connection(&mut self, id: &str) {
-        if self.connections.remove(id).is_some() {
+        if self.conns.remove(id).is_some() {
             {
                 let connection = self.intern(id);
                 self.push(Event::ConnectionRecovered { connection });
@@ -208,7 +215,7 @@ impl Engine {
     /// recovers lazily, when it is next read, so the gateway never sleeps on it.
     #[cfg(test)]
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
-        let conn = self.connections.values().filter_map(|c| c.rate_limited_until(now)).min();
+        let conn = self.conns.iter().filter_map(|(_, c)| c.rate_limited_until(now)).min();
         [self.breakers.poll_timeout(), conn, self.lockouts.poll_timeout(now), self.lanes.poll_timeout(now)]
             .into_iter()
             .flatten()
@@ -287,7 +294,7 @@ impl Engine {
                 return Some((ExclusionReason::ProviderCooldown, r));
             }
         }
-        if let Some(state) = self.connections.get(c.connection) {
+        if let Some(state) = self.conns.of(c) {
             match state.availability(now) {
                 Availability::Available => {}
                 Availability::CoolingDown { remaining, .. } => return Some((ExclusionReason::Unavailable, remaining)),
@@ -318,18 +325,18 @@ impl Engine {
         disable_cooling: bool,
         wall_now_ms: Option<u64>,
     ) -> Option<Decision> {
-        self.finished(c.connection);
+        self.finished(c);
         let bcfg = self.derived.breaker(c.class);
         match outcome {
             AttemptOutcome::Success => {
                 let breaker = self.breakers.get_or_insert(c.provider, bcfg, now);
                 breaker.handle_outcome(now, ticket, Outcome::Success);
                 breaker.forget_failure_of(now, c.connection);
-                let conn = self.connection_mut(c.connection);
+                let conn = self.connection_mut(c);
                 let had_errors = *conn != ConnectionState::default();
                 conn.record_success();
                 if had_errors {
-                    let connection = self.intern(c.connection);
+                    let connection = self.conns.id(c);
                     self.push(Event::ConnectionRecovered { connection });
                 }
                 self.decay_lockouts(now, c);
@@ -352,7 +359,7 @@ impl Engine {
                 Some(d)
             }
             AttemptOutcome::Upstream { status, headers, body } => {
-                let level = self.connections.get(c.connection).map_or(0, |s| s.level_for(now));
+                let level = self.conns.of(c).map_or(0, |s| s.level_for(now));
                 let input = ErrorInput {
                     provider: profile,
                     class: c.class,
@@ -389,7 +396,7 @@ impl Engine {
         };
         self.breakers.get_or_insert(c.provider, bcfg, now).handle_outcome(now, ticket, breaker_outcome);
         if self.outbox.is_some() && matches!(breaker_outcome, Outcome::Failure { .. }) {
-            let (provider, connection) = (self.intern(c.provider), self.intern(c.connection));
+            let (provider, connection) = (self.intern(c.provider), self.conns.id(c));
             self.collect(change::Pending::Failure { provider, connection });
         }
         let pc = &self.derived.provider_cooldown;
@@ -400,7 +407,7 @@ impl Engine {
                 self.tracker.record_failure(now, pc, c.class, c.provider, Some(c.connection));
             }
         }
-        let applied = self.connection_mut(c.connection).record_failure(now, d, message, disable_cooling);
+        let applied = self.connection_mut(c).record_failure(now, d, message, disable_cooling);
         if matches!(applied, Applied::Cooldown { .. } | Applied::Terminal(_)) {
             // M5: sessions pinned to a key that failed at the account level move on.
             self.affinity.evict_connection(c.connection);
@@ -409,11 +416,11 @@ impl Engine {
         let mut id = None;
         match applied {
             Applied::Cooldown { until, level } => {
-                let connection = Arc::clone(id.insert(self.intern(c.connection)));
+                let connection = Arc::clone(id.insert(self.conns.id(c)));
                 self.push(Event::ConnectionCooldown { connection, until, level, reason: d.reason })
             }
             Applied::Terminal(state) => {
-                let connection = Arc::clone(id.insert(self.intern(c.connection)));
+                let connection = Arc::clone(id.insert(self.conns.id(c)));
                 self.push(Event::ConnectionTerminal { connection, state })
             }
             Applied::Unchanged => {}
@@ -421,7 +428,7 @@ impl Engine {
         if self.outbox.is_some() && applied != Applied::Unchanged {
             let connection = match &id {
                 Some(a) => Arc::clone(a),
-                None => self.intern(c.connection),
+                None => self.conns.id(c),
             };
             self.collect(change::Pending::Connection { connection, reason: d.reason });
         }
@@ -439,9 +446,8 @@ impl Engine {
         a
     }
 
-    fn connection_mut(&mut self, id: &str) -> &mut ConnectionState {
-        // One lookup; the id is copied only when the connection is new.
-        self.connections.entry_ref(id).or_default()
+    fn connection_mut(&mut self, c: &Candidate<'_>) -> &mut ConnectionState {
+        self.conns.of_mut(c)
     }
 
     /// The breaker state of a provider at `now` (closed if never seen).
@@ -461,7 +467,10 @@ mod operator;
 mod outcome;
 mod route;
 mod shared;
+mod slots;
 mod usage;
+
+pub use candidate::Slot;
 
 pub use change::SharedChange;
 

@@ -73,8 +73,8 @@ impl Engine {
             let c = &candidates[i];
             match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
                 Admission::Admit(ticket) | Admission::Probe(ticket) => {
-                    self.connection_mut(c.connection).on_selected(now);
-                    self.dispatched(c.connection);
+                    self.connection_mut(c).on_selected(now);
+                    self.dispatched(c);
                     if route.session.is_some() {
                         self.affinity.used(now, c.connection);
                     }
@@ -193,8 +193,8 @@ impl Engine {
                         ..Item::default()
                     };
                     if usage {
-                        item.load = self.in_flight(c.connection);
-                        item.used = self.dispatched_count(c.connection);
+                        item.load = self.in_flight_of(c);
+                        item.used = self.dispatched_count(c);
                         item.quota = self.usage.quotas.get(c.connection).map(|q| q.at(now)).unwrap_or_default();
                     }
                     item
@@ -209,7 +209,7 @@ impl Engine {
         if gated {
             within.sort_by_key(|&m| {
                 let c = &candidates[m];
-                c.traits.max_concurrent.is_some_and(|max| self.in_flight(c.connection) >= max)
+                c.traits.max_concurrent.is_some_and(|max| self.in_flight_of(c) >= max)
             });
         }
         // M5: an eligible pin wins over the strategy and the gate.
@@ -256,8 +256,8 @@ impl Engine {
                     weight: c.traits.weight,
                     cost: c.traits.cost,
                     context_window: c.traits.context_window,
-                    load: members.iter().map(|&m| self.in_flight(candidates[m].connection)).sum(),
-                    used: members.iter().map(|&m| self.dispatched_count(candidates[m].connection)).sum(),
+                    load: members.iter().map(|&m| self.in_flight_of(&candidates[m])).sum(),
+                    used: members.iter().map(|&m| self.dispatched_count(&candidates[m])).sum(),
                     quota,
                     health: self.health(now, c.provider),
                     latency_ms: self.usage.latency_ms.get(c.provider).copied(),
@@ -314,7 +314,7 @@ impl Engine {
             && matches!(decision.reason, Reason::QuotaExhausted | Reason::RateLimitExceeded);
         // The failing key's own deadline; a key that never cools (`disable_cooling`) still
         // names the IP bucket's wait through the decision.
-        let own = self.connections.get(failing).and_then(|s| s.rate_limited_until(now));
+        let own = self.conns.get(failing).and_then(|s| s.rate_limited_until(now));
         let decided = match decision.connection {
             ConnectionEffect::Cooldown { duration, .. } if !duration.is_zero() => Some(now + duration),
             _ => None,
@@ -331,7 +331,7 @@ impl Engine {
                 continue;
             }
             if let Applied::Cooldown { until, level } =
-                self.connection_mut(id).share_cooldown(now, until, decision.reason, *disable_cooling)
+                self.conns.get_mut(id).share_cooldown(now, until, decision.reason, *disable_cooling)
             {
                 let connection = self.intern(id);
                 self.push(Event::ConnectionCooldown { connection, until, level, reason: decision.reason });
@@ -376,7 +376,7 @@ impl Engine {
             }
             let reason = match why {
                 ExclusionReason::Unavailable => {
-                    self.connections.get(c.connection).and_then(|s| s.last_error_type()).unwrap_or(Reason::Unknown)
+                    self.conns.of(c).and_then(|s| s.last_error_type()).unwrap_or(Reason::Unknown)
                 }
                 ExclusionReason::ModelLockout => self
                     .lockouts

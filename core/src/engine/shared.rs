@@ -190,7 +190,7 @@ impl Engine {
                 self.breakers.get_or_insert(provider, cfg, now).close_from_replica(now);
             }
             SharedChange::Connection { connection, reason, snapshot } => {
-                let applied = self.connection_mut(connection).merge_replica(snapshot, now);
+                let applied = self.conns.get_mut(connection).merge_replica(snapshot, now);
                 if applied != Applied::Unchanged {
                     self.affinity.evict_connection(connection);
                 }

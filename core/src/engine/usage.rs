@@ -2,7 +2,7 @@
 //! and dispatched, the last good target, smoothed latency, reported quotas and learned tool
 //! limits.
 
-use super::memory::{Traffic, bounded_insert};
+use super::memory::bounded_insert;
 use super::{Candidate, Engine};
 use std::time::{Duration, Instant};
 
@@ -12,30 +12,28 @@ const LATENCY_ALPHA: f64 = 0.2;
 impl Engine {
     /// Requests in flight on a connection.
     pub fn in_flight(&self, connection: &str) -> u32 {
-        self.usage.traffic.get(connection).map_or(0, |t| t.in_flight)
+        self.conns.traffic_of(connection).in_flight
     }
 
-    /// Requests dispatched to a connection so far.
-    pub(super) fn dispatched_count(&self, connection: &str) -> u64 {
-        self.usage.traffic.get(connection).map_or(0, |t| t.dispatched)
+    /// Requests in flight on `c`'s connection.
+    pub(super) fn in_flight_of(&self, c: &Candidate<'_>) -> u32 {
+        self.conns.traffic(c).in_flight
     }
 
-    pub(super) fn dispatched(&mut self, connection: &str) {
-        match self.usage.traffic.get_mut(connection) {
-            Some(t) => {
-                t.in_flight = t.in_flight.saturating_add(1);
-                t.dispatched = t.dispatched.saturating_add(1);
-            }
-            None => {
-                bounded_insert(&mut self.usage.traffic, connection.to_owned(), Traffic { in_flight: 1, dispatched: 1 })
-            }
-        }
+    /// Requests dispatched to `c`'s connection so far.
+    pub(super) fn dispatched_count(&self, c: &Candidate<'_>) -> u64 {
+        self.conns.traffic(c).dispatched
     }
 
-    pub(super) fn finished(&mut self, connection: &str) {
-        if let Some(t) = self.usage.traffic.get_mut(connection) {
-            t.in_flight = t.in_flight.saturating_sub(1);
-        }
+    pub(super) fn dispatched(&mut self, c: &Candidate<'_>) {
+        let t = self.conns.traffic_mut(c);
+        t.in_flight = t.in_flight.saturating_add(1);
+        t.dispatched = t.dispatched.saturating_add(1);
+    }
+
+    pub(super) fn finished(&mut self, c: &Candidate<'_>) {
+        let t = self.conns.traffic_mut(c);
+        t.in_flight = t.in_flight.saturating_sub(1);
     }
 
     /// Remembers that `c` served route `key` well (lkgp).

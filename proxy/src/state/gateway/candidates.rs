@@ -20,10 +20,12 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
 
     fn candidate_of_family<'a>(&'a self, t: &'a Target, family: Option<&'a str>) -> Candidate<'a> {
         let (p, c) = self.parts(t);
+        let (slot, id) = &self.connection_keys[t.connection];
         Candidate {
             provider: &p.id,
             class: p.class,
-            connection: &c.id,
+            connection: id,
+            slot: *slot,
             model: &t.model,
             family,
             traits: Traits {

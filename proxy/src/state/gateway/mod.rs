@@ -14,7 +14,7 @@ use crate::state::metrics::Metrics;
 use crate::state::store::{PinWrite, Store, StoreError};
 use bytes::Bytes;
 use ferroute_core::admission::AdmissionQueue;
-use ferroute_core::engine::{Engine, Event, OutcomeKind, Strategy};
+use ferroute_core::engine::{Engine, Event, OutcomeKind, Slot, Strategy};
 use ferroute_core::session::PinEvent;
 use ferroute_core::usage_limit::LaneChange;
 use http_body_util::Full;
@@ -129,6 +129,9 @@ pub struct Gateway<C> {
     /// Upstream endpoints and credentials, prepared once per config.
     pub endpoints: Endpoints,
     connection_strategies: Vec<Strategy>,
+    /// Each connection's place in the engine's tables and the engine's copy of its id, by
+    /// index: candidates carry both, so the core finds a connection without hashing its id.
+    connection_keys: Vec<(Slot, Arc<str>)>,
     /// Each provider's daily reset zone, by index.
     daily_resets: Vec<ferroute_core::calendar::DailyReset>,
     /// M16: whether the emergency target is switched on (operators flip it at runtime).
@@ -172,13 +175,15 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_timer(hyper_util::rt::TokioTimer::new())
             .build(connector);
-        let engine = Engine::new(config.resilience.clone(), seed);
+        let mut engine = Engine::new(config.resilience.clone(), seed);
+        let connection_keys = config.connections.iter().map(|c| engine.slot(&c.id)).collect();
         let emergency = std::sync::atomic::AtomicBool::new(config.emergency_fallback.enabled);
         let sealer = Sealer::new(config.server.secret_key.as_deref()).map_err(|e| StoreError::Key(e.to_string()))?;
         let gw = Gateway {
             accounts: Arc::new(Accounts::new(sealer)),
             endpoints: Endpoints::new(&config),
             connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
+            connection_keys,
             daily_resets: config.providers.iter().map(|p| p.daily_reset()).collect(),
             emergency: Arc::new(emergency),
             egress: Arc::default(),
@@ -208,11 +213,15 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// reach the engine at once; breakers, connections, lockouts, pins, queues and leases carry
     /// over by id.
     pub fn successor(&self, config: Config) -> Gateway<C> {
-        self.with_engine(|e| e.set_settings(config.resilience.clone()));
+        let connection_keys = self.with_engine(|e| {
+            e.set_settings(config.resilience.clone());
+            config.connections.iter().map(|c| e.slot(&c.id)).collect()
+        });
         let gw = Gateway {
             accounts: Arc::clone(&self.accounts),
             endpoints: Endpoints::new(&config),
             connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
+            connection_keys,
             daily_resets: config.providers.iter().map(|p| p.daily_reset()).collect(),
             emergency: Arc::clone(&self.emergency),
             egress: Arc::clone(&self.egress),
