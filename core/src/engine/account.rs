@@ -17,7 +17,7 @@ impl Engine {
         if applied == Applied::Unchanged {
             return false;
         }
-        let connection = self.intern(id);
+        let connection = self.conns.slot(id).1;
         self.push(Event::ConnectionTerminal { connection: connection.clone(), state: TerminalState::Expired });
         self.collect(Pending::Connection { connection, reason: Reason::AuthError });
         true

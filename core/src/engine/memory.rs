@@ -7,10 +7,11 @@ use crate::quota::QuotaReport;
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
 
-/// What routing remembers of traffic (requests in flight and dispatched are kept with each
-/// connection's place, see `slots`): the last good target per route key, smoothed latency per provider, reported quotas per
-/// connection and learned tool limits per provider/model. Bounded: each map is cleared when it
-/// reaches [`USAGE_CAP`] keys (ids come from config, so this only guards against misuse).
+/// What routing remembers of traffic beside each connection's place (which keeps its requests
+/// in flight and dispatched, see `slots`): the last good target per route key, smoothed latency
+/// per provider, reported quotas per connection and learned tool limits per provider/model.
+/// Bounded: each map is cleared when it reaches [`USAGE_CAP`] keys (ids come from config, so this
+/// only guards against misuse).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Usage {
     pub(super) last_good: FxHashMap<String, (String, String)>,

@@ -49,8 +49,8 @@ pub struct Engine {
     lanes: Lanes,
     rng: ChaCha8Rng,
     events: VecDeque<Event>,
-    /// Interned ids, so that events name providers, connections and models without
-    /// allocating on every failure.
+    /// Interned ids, so that events name providers and models without allocating on every
+    /// failure (a connection with a place in `conns` is named by the place's copy of its id).
     ids: FxHashSet<Arc<str>>,
     /// Changes collected for other replicas, when sharing (see [`shared`]).
     outbox: Option<Vec<change::Pending>>,
@@ -132,10 +132,9 @@ impl Engine {
     /// Operator reset of one connection.
     pub fn reset_connection(&mut self, id: &str) {
         if self.conns.remove(id).is_some() {
-            {
-                let connection = self.intern(id);
-                self.push(Event::ConnectionRecovered { connection });
-            }
+            // The place stays, with the engine's copy of the id the events name.
+            let connection = self.conns.slot(id).1;
+            self.push(Event::ConnectionRecovered { connection });
         }
     }
 

@@ -333,7 +333,7 @@ impl Engine {
             if let Applied::Cooldown { until, level } =
                 self.conns.get_mut(id).share_cooldown(now, until, decision.reason, *disable_cooling)
             {
-                let connection = self.intern(id);
+                let connection = self.conns.slot(id).1;
                 self.push(Event::ConnectionCooldown { connection, until, level, reason: decision.reason });
                 cooled.push((*id).to_owned());
             }

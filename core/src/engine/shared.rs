@@ -194,7 +194,7 @@ impl Engine {
                 if applied != Applied::Unchanged {
                     self.affinity.evict_connection(connection);
                 }
-                let connection = self.intern(connection);
+                let connection = self.conns.slot(connection).1;
                 match applied {
                     Applied::Cooldown { until, level } => {
                         self.push(Event::ConnectionCooldown { connection, until, level, reason: *reason });

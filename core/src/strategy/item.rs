@@ -78,13 +78,13 @@ pub struct Ask {
 /// Cursors and decks kept between decisions, per combo (or provider) key.
 #[derive(Debug, Clone, Default)]
 pub struct Memory {
-    cursors: Slots<usize>,
-    decks: Slots<Vec<u64>>,
-    deficits: Slots<BTreeMap<u64, i64>>,
+    cursors: ByKey<usize>,
+    decks: ByKey<Vec<u64>>,
+    deficits: ByKey<BTreeMap<u64, i64>>,
 }
 
 /// State per key, looked up by `&str` (never iterated, so the order of a hash map is fine).
-type Slots<V> = hashbrown::HashMap<String, V, rustc_hash::FxBuildHasher>;
+type ByKey<V> = hashbrown::HashMap<String, V, rustc_hash::FxBuildHasher>;
 
 /// Keys remembered before the oldest state is dropped (a bound, not a tuning knob).
 const MEMORY_CAP: usize = 10_000;
@@ -110,7 +110,7 @@ impl Memory {
 
 /// The entry for `key`, created on first use (allocating the key only then); the map is
 /// cleared when it reaches [`MEMORY_CAP`] keys.
-fn slot<'m, V: Default>(map: &'m mut Slots<V>, key: &str) -> &'m mut V {
+fn slot<'m, V: Default>(map: &'m mut ByKey<V>, key: &str) -> &'m mut V {
     if map.len() >= MEMORY_CAP && !map.contains_key(key) {
         map.clear();
     }
