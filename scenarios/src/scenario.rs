@@ -248,8 +248,8 @@ pub struct Expect {
     pub sessions: Option<SessionsExpect>,
 }
 
-/// Every successful answer of one session (the request's `x-session-id`) came from the same
-/// connection; `min_sessions` and `min_connections` keep the check from passing vacuously
+/// Every successful answer of one session (the request's session header: `x-codex-session-id`,
+/// `x-session-id` or `x-ferroute-session`) came from the same connection; `min_sessions` and `min_connections` keep the check from passing vacuously
 /// (sessions spread over that many connections).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

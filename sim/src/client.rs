@@ -5,6 +5,7 @@ use crate::check::Outcome;
 use crate::net::SimConnector;
 use crate::shared::{GATEWAY_PORT, SIM_CLIENT_KEY, ms, sim_now};
 use bytes::Bytes;
+use ferroute_core::session::key::SESSION_HEADERS;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use scenarios::scenario::{Abort, Workload};
@@ -29,14 +30,15 @@ pub(crate) async fn request(
         true => b.header("x-goog-api-key", SIM_CLIENT_KEY),
         false => b.header("authorization", format!("Bearer {SIM_CLIENT_KEY}")),
     };
-    let mut session = None;
-    for (k, v) in &w.headers {
-        // `{seq}` in a header value is the request's number (an owner id per request).
-        let v = v.replace("{seq}", &format!("{seq:0>3}"));
-        if k.eq_ignore_ascii_case("x-session-id") {
-            session = Some(v.clone());
-        }
-        b = b.header(k.as_str(), v);
+    // `{seq}` in a header value is the request's number (an owner id per request).
+    let headers: Vec<(&str, String)> =
+        w.headers.iter().map(|(k, v)| (k.as_str(), v.replace("{seq}", &format!("{seq:0>3}")))).collect();
+    // The session the gateway reads from the headers (M5), in the gateway's own order.
+    let session = SESSION_HEADERS
+        .iter()
+        .find_map(|name| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone()));
+    for (k, v) in headers {
+        b = b.header(k, v);
     }
     let mut out = Outcome {
         client,

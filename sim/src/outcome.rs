@@ -19,7 +19,7 @@ pub struct Outcome {
     pub retry_after_s: Option<u64>,
     /// `X-Ferroute-Selected-Connection-Id`.
     pub connection: Option<String>,
-    /// The request's `x-session-id` (M5), as sent.
+    /// The session header the request sent (M5: the first of the gateway's session headers).
     pub session: Option<String>,
     /// Whether `[DONE]` (or `message_stop`) arrived on a stream.
     pub done: bool,
