@@ -134,14 +134,36 @@ fn every_request_answered_once(s: &mut Shared, t: u64) {
     }
 }
 
+/// The checks at a run's end: every request answered once, nothing left held, and the
+/// scenario's own expectations.
 pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u64) {
     let mut s = lock(shared);
     if !s.rec.violations.is_empty() {
         return;
     }
     every_request_answered_once(&mut s, t);
-    // Every permit returned, every attempt recorded: nothing counts as in flight, no probe slot
-    // is held.
+    for l in leaks(&s, t) {
+        s.rec.violate(t, l);
+    }
+    let (started, finalised) = s.rec.streams;
+    if started != finalised {
+        s.rec.violate(t, format!("{started} streams started but {finalised} finalised"));
+    }
+    let exp = &scenario.expect;
+    check_responses(&mut s, t, &exp.responses);
+    check_counts(&mut s, t, &exp.counts);
+    check_calls(&mut s, t, &exp.calls);
+    check_targets(&mut s, t, &exp.targets);
+    if let Some(e) = &exp.sessions {
+        check_sessions(&mut s, t, e);
+    }
+    check_log(&mut s, t, &exp.log);
+}
+
+/// What the gateway still holds at the end that it should have let go: every permit returned,
+/// every attempt recorded (nothing counts as in flight, no probe slot is held), and no error
+/// message kept past its bound.
+fn leaks(s: &Shared, t: u64) -> Vec<String> {
     let mut leaks: Vec<String> = Vec::new();
     if let Some(h) = &s.gateway {
         let gw = &h.gw();
@@ -177,60 +199,66 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
             leaks.push(format!("attempts never recorded: {}", held.join(", ")));
         }
     }
-    for l in leaks {
-        s.rec.violate(t, l);
-    }
-    let (started, finalised) = s.rec.streams;
-    if started != finalised {
-        s.rec.violate(t, format!("{started} streams started but {finalised} finalised"));
-    }
-    let exp = &scenario.expect;
-    for r in &exp.responses {
-        let Some(o) = s.rec.outcomes.iter().find(|o| o.client == r.client && o.seq == r.seq).cloned() else {
+    leaks
+}
+
+/// Each listed response is what it must be.
+fn check_responses(s: &mut Shared, t: u64, exp: &[scenarios::scenario::ResponseExpect]) {
+    for r in exp {
+        let Some(o) = s.rec.outcomes.iter().find(|o| o.client == r.client && o.seq == r.seq) else {
             s.rec.violate(t, format!("response {}#{}: no such request", r.client, r.seq));
             continue;
         };
-        let mut bad = Vec::new();
-        if r.status.is_some() && r.status != o.status {
-            bad.push(format!("status {:?} (expected {:?})", o.status, r.status));
-        }
-        if r.code.is_some() && r.code != o.code {
-            bad.push(format!("code {:?} (expected {:?})", o.code, r.code));
-        }
-        if r.retry_after_s.is_some() && r.retry_after_s != o.retry_after_s {
-            bad.push(format!("retry-after {:?} (expected {:?})", o.retry_after_s, r.retry_after_s));
-        }
-        if r.connection.is_some() && r.connection != o.connection {
-            bad.push(format!("connection {:?} (expected {:?})", o.connection, r.connection));
-        }
-        if r.done.is_some_and(|d| d != o.done) {
-            bad.push(format!("done {} (expected {:?})", o.done, r.done));
-        }
-        for text in r.body_contains.iter().filter(|t| !o.body.contains(t.as_str())) {
-            bad.push(format!("body lacks {text:?}"));
-        }
-        for text in r.body_lacks.iter().filter(|t| o.body.contains(t.as_str())) {
-            bad.push(format!("body contains {text:?}"));
-        }
-        let took = o.done_ms.saturating_sub(o.issued_ms);
-        if r.min_ms.is_some_and(|m| took < m) {
-            bad.push(format!("took {took} ms (expected at least {:?})", r.min_ms));
-        }
-        if r.aborted.is_some_and(|a| a != o.aborted) {
-            bad.push(format!("aborted {} (expected {:?})", o.aborted, r.aborted));
-        }
-        for (name, want) in &r.headers {
-            let got = o.headers.get(name);
-            // An empty value expects the header absent.
-            if (want.is_empty() && got.is_some()) || (!want.is_empty() && got != Some(want)) {
-                bad.push(format!("header {name} {got:?} (expected {want:?})"));
-            }
-        }
-        for b in bad {
+        for b in mismatches(r, o) {
             s.rec.violate(t, format!("response {}#{}: {b}", r.client, r.seq));
         }
     }
-    for c in &exp.counts {
+}
+
+/// How response `o` differs from what `r` expects.
+fn mismatches(r: &scenarios::scenario::ResponseExpect, o: &Outcome) -> Vec<String> {
+    let mut bad = Vec::new();
+    if r.status.is_some() && r.status != o.status {
+        bad.push(format!("status {:?} (expected {:?})", o.status, r.status));
+    }
+    if r.code.is_some() && r.code != o.code {
+        bad.push(format!("code {:?} (expected {:?})", o.code, r.code));
+    }
+    if r.retry_after_s.is_some() && r.retry_after_s != o.retry_after_s {
+        bad.push(format!("retry-after {:?} (expected {:?})", o.retry_after_s, r.retry_after_s));
+    }
+    if r.connection.is_some() && r.connection != o.connection {
+        bad.push(format!("connection {:?} (expected {:?})", o.connection, r.connection));
+    }
+    if r.done.is_some_and(|d| d != o.done) {
+        bad.push(format!("done {} (expected {:?})", o.done, r.done));
+    }
+    for text in r.body_contains.iter().filter(|t| !o.body.contains(t.as_str())) {
+        bad.push(format!("body lacks {text:?}"));
+    }
+    for text in r.body_lacks.iter().filter(|t| o.body.contains(t.as_str())) {
+        bad.push(format!("body contains {text:?}"));
+    }
+    let took = o.done_ms.saturating_sub(o.issued_ms);
+    if r.min_ms.is_some_and(|m| took < m) {
+        bad.push(format!("took {took} ms (expected at least {:?})", r.min_ms));
+    }
+    if r.aborted.is_some_and(|a| a != o.aborted) {
+        bad.push(format!("aborted {} (expected {:?})", o.aborted, r.aborted));
+    }
+    for (name, want) in &r.headers {
+        let got = o.headers.get(name);
+        // An empty value expects the header absent.
+        if (want.is_empty() && got.is_some()) || (!want.is_empty() && got != Some(want)) {
+            bad.push(format!("header {name} {got:?} (expected {want:?})"));
+        }
+    }
+    bad
+}
+
+/// Responses counted by client, status, code and connection.
+fn check_counts(s: &mut Shared, t: u64, exp: &[scenarios::scenario::CountExpect]) {
+    for c in exp {
         let n = s
             .rec
             .outcomes
@@ -250,7 +278,11 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
             );
         }
     }
-    for c in &exp.calls {
+}
+
+/// Calls each upstream got, and how many it answered at once.
+fn check_calls(s: &mut Shared, t: u64, exp: &[scenarios::scenario::CallExpect]) {
+    for c in exp {
         let n = match s.upstreams.get(&c.host) {
             Some(u) if c.model == "*" => u.total_calls(),
             Some(u) => u.calls(&c.model),
@@ -272,11 +304,11 @@ pub(crate) fn end_checks(scenario: &Scenario, shared: &Arc<Mutex<Shared>>, t: u6
             );
         }
     }
-    check_targets(&mut s, t, &exp.targets);
-    if let Some(e) = &exp.sessions {
-        check_sessions(&mut s, t, e);
-    }
-    for l in &exp.log {
+}
+
+/// Lines of the event log containing a text, counted.
+fn check_log(s: &mut Shared, t: u64, exp: &[scenarios::scenario::LogExpect]) {
+    for l in exp {
         let n = s.rec.log.iter().filter(|(_, line)| line.contains(&l.contains)).count() as u64;
         if l.min.is_some_and(|m| n < m) || l.max.is_some_and(|m| n > m) {
             s.rec.violate(t, format!("{n} log lines contain {:?} (expected {:?}..={:?})", l.contains, l.min, l.max));
