@@ -5,7 +5,8 @@
 //! every entry carries state.
 
 use super::{Breaker, BreakerConfig, BreakerSnapshot, BreakerState, TransitionReason};
-use std::collections::{BTreeMap, BTreeSet};
+use rustc_hash::FxBuildHasher;
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 /// A breaker state change tagged with its provider, as the shell logs it and the simulation
@@ -35,8 +36,9 @@ pub const DEFAULT_REGISTRY_CAP: usize = 500;
 /// joins them when another is handed out or events are drained.
 #[derive(Debug, Clone)]
 pub struct BreakerRegistry {
-    /// Slot of each provider's breaker, in provider order.
-    index: BTreeMap<String, usize>,
+    /// Slot of each provider's breaker (looked up on every pick and outcome: hashed, not
+    /// searched; the provider order is restored where it is read).
+    index: hashbrown::HashMap<String, usize, FxBuildHasher>,
     slots: Vec<(String, Breaker)>,
     cap: usize,
     pending: BTreeSet<String>,
@@ -53,7 +55,7 @@ impl BreakerRegistry {
     /// An empty registry holding at most about `cap` breakers.
     pub fn with_cap(cap: usize) -> Self {
         BreakerRegistry {
-            index: BTreeMap::new(),
+            index: hashbrown::HashMap::default(),
             slots: Vec::new(),
             cap: cap.max(1),
             pending: BTreeSet::new(),
@@ -69,14 +71,28 @@ impl BreakerRegistry {
 
     /// The breaker of `provider`, if it exists.
     pub fn get(&self, provider: &str) -> Option<&Breaker> {
-        self.index.get(provider).map(|&i| &self.slots[i].1)
+        self.position(provider).map(|i| &self.slots[i].1)
+    }
+
+    /// The slot of `provider`'s breaker. The one last handed out is compared first: a pick
+    /// checks a run of one provider's keys, admits one and records its outcome, so nearly
+    /// every lookup asks for it again.
+    #[inline]
+    fn position(&self, provider: &str) -> Option<usize> {
+        if let Some(i) = self.last
+            && let Some((p, _)) = self.slots.get(i)
+            && p == provider
+        {
+            return Some(i);
+        }
+        self.index.get(provider).copied()
     }
 
     /// The breaker of `provider`, created closed with `config` if needed. An existing breaker
     /// takes the new config (settings may have changed).
     pub fn get_or_insert(&mut self, provider: &str, config: &BreakerConfig, now: Instant) -> &mut Breaker {
-        let i = match self.index.get(provider) {
-            Some(&i) => i,
+        let i = match self.position(provider) {
+            Some(i) => i,
             None => {
                 if self.slots.len() >= self.cap {
                     self.evict_idle();
@@ -115,7 +131,9 @@ impl BreakerRegistry {
 
     /// Every breaker, by provider id.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Breaker)> {
-        self.index.iter().map(|(k, &i)| (k.as_str(), &self.slots[i].1))
+        let mut all: Vec<(&str, &Breaker)> = self.slots.iter().map(|(k, b)| (k.as_str(), b)).collect();
+        all.sort_unstable_by_key(|(k, _)| *k);
+        all.into_iter()
     }
 
     /// Resets every breaker to `Closed`; returns how many there were.
@@ -141,6 +159,7 @@ impl BreakerRegistry {
     }
 
     /// The breaker last handed out joins `pending` if it holds events.
+    #[inline]
     fn keep_last(&mut self) {
         let Some((provider, b)) = self.last.and_then(|i| self.slots.get(i)) else { return };
         if !b.events.is_empty() && !self.pending.contains(provider) {
@@ -182,9 +201,8 @@ impl BreakerRegistry {
 
     fn evict_idle(&mut self) {
         let mut idle: Vec<(Option<Instant>, String)> = self
-            .index
+            .slots
             .iter()
-            .map(|(k, &i)| (k, &self.slots[i].1))
             .filter(|(_, b)| b.state == BreakerState::Closed && b.failure_count == 0 && b.events.is_empty())
             .map(|(k, b)| (b.last_failure_at, k.clone()))
             .collect();

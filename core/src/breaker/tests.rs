@@ -255,6 +255,26 @@ fn registry_cap_never_evicts_open_breakers() {
     assert_eq!(reg.get("must-survive").map(|b| b.state(now)), Some(BreakerState::Open));
 }
 
+#[test]
+fn registry_lists_breakers_in_provider_order_and_finds_each_after_evictions() {
+    let now = t0();
+    let c = cfg(1, 1, 30_000);
+    let mut reg = BreakerRegistry::with_cap(3);
+    fail(reg.get_or_insert("zeta", &c, now), now);
+    reg.get_or_insert("alpha", &c, now);
+    fail(reg.get_or_insert("mu", &c, now), now);
+    let names: Vec<&str> = reg.iter().map(|(p, _)| p).collect();
+    assert_eq!(names, ["alpha", "mu", "zeta"]);
+    // "beta" evicts idle "alpha": the slots move, and every provider is still found by name
+    // (the last one handed out first).
+    reg.get_or_insert("beta", &c, now);
+    assert!(reg.get("alpha").is_none());
+    for (p, open) in [("zeta", true), ("mu", true), ("beta", false)] {
+        assert_eq!(reg.get(p).map(|b| b.state(now) == BreakerState::Open), Some(open), "{p}");
+        assert_eq!(reg.get_or_insert(p, &c, now).state(now) == BreakerState::Open, open, "{p}");
+    }
+}
+
 proptest! {
     /// Draining only the providers that may hold events gives the same transitions, in the same
     /// order, as walking every breaker in provider order (the registry's old way), whatever the

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 impl Engine {
-    /// `connection` is `c`'s interned id when the caller has it already.
-    pub(super) fn maybe_lock(&mut self, now: Instant, c: &Candidate<'_>, d: &Decision, connection: Option<Arc<str>>) {
+    pub(super) fn maybe_lock(&mut self, now: Instant, c: &Candidate<'_>, d: &Decision) {
         let lc = &self.derived.lockout;
         let rule_scope = rule_lock_scope(d.lock.scope);
         // A model-scoped rule always locks (it replaces a connection cooldown); otherwise the
@@ -33,8 +32,7 @@ impl Engine {
             exact_is_upstream_reset: d.lock.upstream_reset && exact.is_some(),
         };
         let cooldown = self.lockouts.record_failure(now, lc, &req);
-        let connection = connection.unwrap_or_else(|| self.conns.id(c));
-        let (provider, model) = (self.intern(c.provider), self.intern(c.model));
+        let (provider, connection, model) = self.conns.names(c, |s| super::intern_in(&mut self.ids, s));
         if self.outbox.is_some() {
             let (provider, connection, model) = (Arc::clone(&provider), Arc::clone(&connection), Arc::clone(&model));
             let until = now + cooldown;

@@ -431,18 +431,11 @@ impl Engine {
             };
             self.collect(change::Pending::Connection { connection, reason: d.reason });
         }
-        self.maybe_lock(now, c, d, id);
+        self.maybe_lock(now, c, d);
     }
 
     fn intern(&mut self, id: &str) -> Arc<str> {
-        if let Some(a) = self.ids.get(id) {
-            return Arc::clone(a);
-        }
-        let a: Arc<str> = Arc::from(id);
-        if self.ids.len() < 100_000 {
-            self.ids.insert(Arc::clone(&a));
-        }
-        a
+        intern_in(&mut self.ids, id)
     }
 
     fn connection_mut(&mut self, c: &Candidate<'_>) -> &mut ConnectionState {
@@ -453,6 +446,18 @@ impl Engine {
     pub fn breaker_state(&self, now: Instant, provider: &str) -> BreakerState {
         self.breakers.get(provider).map_or(BreakerState::Closed, |b| b.state(now))
     }
+}
+
+/// `id` from `ids`, added on first use (up to 100 000 ids; past that a fresh copy).
+fn intern_in(ids: &mut FxHashSet<Arc<str>>, id: &str) -> Arc<str> {
+    if let Some(a) = ids.get(id) {
+        return Arc::clone(a);
+    }
+    let a: Arc<str> = Arc::from(id);
+    if ids.len() < 100_000 {
+        ids.insert(Arc::clone(&a));
+    }
+    a
 }
 
 mod account;

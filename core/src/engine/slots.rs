@@ -24,10 +24,14 @@ struct Place {
     state: Option<ConnectionState>,
     /// Requests in flight and dispatched.
     traffic: Traffic,
+    /// The interned provider and model this connection's last lockout was announced with:
+    /// a key failing again for the same model names both without hashing them.
+    named: Option<(Arc<str>, Arc<str>)>,
 }
 
 /// Whether two ids are equal, without reading their bytes when they are the same string
 /// (the shell builds candidates from the ids the engine hands out).
+#[inline]
 fn same(a: &str, b: &str) -> bool {
     (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
 }
@@ -46,12 +50,13 @@ impl Slots {
             return i;
         }
         let id: Arc<str> = Arc::from(id);
-        self.all.push(Place { id: Arc::clone(&id), state: None, traffic: Traffic::default() });
+        self.all.push(Place { id: Arc::clone(&id), state: None, traffic: Traffic::default(), named: None });
         self.of.insert(id, self.all.len() - 1);
         self.all.len() - 1
     }
 
     /// Where `c`'s connection is, if it has a place: its slot when that names it, else by id.
+    #[inline]
     fn find(&self, c: &Candidate<'_>) -> Option<usize> {
         let i = c.slot.index();
         match self.all.get(i) {
@@ -61,6 +66,7 @@ impl Slots {
     }
 
     /// `c`'s connection's place, made on first use.
+    #[inline]
     fn place(&mut self, c: &Candidate<'_>) -> usize {
         match self.find(c) {
             Some(i) => i,
@@ -69,11 +75,13 @@ impl Slots {
     }
 
     /// The state of `c`'s connection, if it has any.
+    #[inline]
     pub(super) fn of(&self, c: &Candidate<'_>) -> Option<&ConnectionState> {
         self.find(c).and_then(|i| self.all[i].state.as_ref())
     }
 
     /// The state of `c`'s connection, made fresh on first use.
+    #[inline]
     pub(super) fn of_mut(&mut self, c: &Candidate<'_>) -> &mut ConnectionState {
         let i = self.place(c);
         self.all[i].state.get_or_insert_with(ConnectionState::default)
@@ -85,12 +93,34 @@ impl Slots {
         Arc::clone(&self.all[i].id)
     }
 
+    /// `c`'s provider, connection and model as events name them: the engine's copies, the
+    /// provider and model interned by `intern` unless the place names them already.
+    pub(super) fn names(
+        &mut self,
+        c: &Candidate<'_>,
+        mut intern: impl FnMut(&str) -> Arc<str>,
+    ) -> (Arc<str>, Arc<str>, Arc<str>) {
+        let i = self.place(c);
+        let place = &mut self.all[i];
+        let (provider, model) = match &place.named {
+            Some((p, m)) if **p == *c.provider && **m == *c.model => (Arc::clone(p), Arc::clone(m)),
+            _ => {
+                let named = (intern(c.provider), intern(c.model));
+                place.named = Some((Arc::clone(&named.0), Arc::clone(&named.1)));
+                named
+            }
+        };
+        (provider, Arc::clone(&place.id), model)
+    }
+
     /// The traffic of `c`'s connection (none if it has no place).
+    #[inline]
     pub(super) fn traffic(&self, c: &Candidate<'_>) -> Traffic {
         self.find(c).map_or_else(Traffic::default, |i| self.all[i].traffic)
     }
 
     /// The traffic of `c`'s connection, to change.
+    #[inline]
     pub(super) fn traffic_mut(&mut self, c: &Candidate<'_>) -> &mut Traffic {
         let i = self.place(c);
         &mut self.all[i].traffic
@@ -154,5 +184,26 @@ mod tests {
         assert_eq!(s.id(&unknown).as_ref(), "k3", "a new id gets a place of its own");
         assert_eq!(s.find(&unknown), Some(2));
         assert!(s.remove("k2").is_some() && s.get("k2").is_none() && s.find(&by_id) == Some(1));
+    }
+
+    #[test]
+    fn a_place_names_its_provider_and_model_as_last_interned_and_renames_on_change() {
+        let mut s = Slots::default();
+        let mut interned = Vec::new();
+        let mut intern = |x: &str| {
+            interned.push(x.to_owned());
+            Arc::<str>::from(x)
+        };
+        let c = Candidate::new("p", ProviderClass::ApiKey, "k1", "m1");
+        let (p, id, m) = s.names(&c, &mut intern);
+        assert_eq!((&*p, &*id, &*m), ("p", "k1", "m1"));
+        let again = s.names(&c, &mut intern);
+        assert!(Arc::ptr_eq(&again.0, &p) && Arc::ptr_eq(&again.2, &m), "the same names, not interned again");
+        let other = Candidate::new("p", ProviderClass::ApiKey, "k1", "m2");
+        let (_, _, m2) = s.names(&other, &mut intern);
+        assert_eq!(&*m2, "m2", "another model is named as itself");
+        let moved = Candidate::new("q", ProviderClass::ApiKey, "k1", "m2");
+        assert_eq!(&*s.names(&moved, &mut intern).0, "q", "another provider is named as itself");
+        assert_eq!(interned, ["p", "m1", "p", "m2", "q", "m2"]);
     }
 }
