@@ -86,8 +86,17 @@ pub fn classify(input: &ErrorInput<'_>, profile: &CooldownProfile, operator: &[O
     let status = restated.status;
     let mut sig = text::Signals::none();
     sig.scan_into(lower.for_scan());
-    let mut cx =
-        Cx { sig: &sig, structured: None, input, profile, operator, lower: &lower, status, hint: upstream_hint };
+    let mut cx = Cx {
+        sig: &sig,
+        structured: None,
+        input,
+        profile,
+        operator,
+        lower: &lower,
+        status,
+        hint: upstream_hint,
+        quota_like: None,
+    };
     let mut d = cx.ordered();
     d.upstream_status = input.status;
     d.restated_by = restated.rule_id;
@@ -127,9 +136,15 @@ struct Cx<'a> {
     lower: &'a Lower<'a>,
     status: u16,
     hint: Option<hint::RetryHint>,
+    /// Whether the text looks like quota exhaustion, read once on first use.
+    quota_like: Option<bool>,
 }
 
 impl Cx<'_> {
+    fn looks_like_quota_exhausted(&mut self) -> bool {
+        *self.quota_like.get_or_insert_with(|| text::looks_like_quota_exhausted(self.sig))
+    }
+
     fn base(&self, reason: Reason, should_fallback: bool, connection: ConnectionEffect) -> Decision {
         Decision {
             reason,
@@ -272,7 +287,7 @@ impl Cx<'_> {
         }
         // 4. The configured rule table: text rules, then status rules. An API-key 429 that
         // does not look like quota exhaustion is a plain rate limit whatever its text says.
-        let preserve_quota_429 = class == ProviderClass::OAuth || text::looks_like_quota_exhausted(self.sig);
+        let preserve_quota_429 = class == ProviderClass::OAuth || self.looks_like_quota_exhausted();
         if (status != 429 || preserve_quota_429)
             && let Some(d) = self.text_table()
         {
@@ -341,8 +356,7 @@ impl Cx<'_> {
     fn text_rules(&mut self) -> Option<Decision> {
         let status = self.status;
         let class = self.input.class;
-        let use_quota_signal =
-            status != 429 || class == ProviderClass::OAuth || text::looks_like_quota_exhausted(self.sig);
+        let use_quota_signal = status != 429 || class == ProviderClass::OAuth || self.looks_like_quota_exhausted();
         // a. Deactivated or banned accounts are terminal.
         if text::is_account_deactivated(self.sig) {
             return Some(self.terminal(Reason::AuthError, TerminalState::Banned));

@@ -4,7 +4,8 @@
 //! marker ending there); this copies it into a table of its own, with classes only for the
 //! bytes the markers use and the match states numbered first. A step is then one class
 //! lookup and one table read, and "does a marker end here" one comparison. Rows are 16-bit
-//! and the table has exactly 2^16 entries, so a step needs no bounds check.
+//! and the table has 2^16 + 256 entries (a row plus any class), so a step needs no bounds
+//! check and no wrap.
 
 use aho_corasick::Anchored;
 use aho_corasick::automaton::Automaton;
@@ -14,8 +15,11 @@ use rustc_hash::FxHashMap;
 /// The markers ending at one state: (marker, length in bytes).
 type Ends = Box<[(u16, u16)]>;
 
-/// Entries in the table: every row plus a class fits in 16 bits.
-const TABLE: usize = 1 << 16;
+/// Rows fit in 16 bits.
+const ROWS: usize = 1 << 16;
+
+/// Entries in the table: any 16-bit row plus any 8-bit class stays inside.
+const TABLE: usize = ROWS + 256;
 
 /// The flat automaton.
 pub(super) struct Scanner {
@@ -82,7 +86,7 @@ impl Scanner {
             new_of[old] = new;
         }
         let stride = reps.len();
-        if states.len() * stride > TABLE {
+        if states.len() * stride > ROWS {
             return None;
         }
         let row = |old: usize| u16::try_from(new_of[old] * stride).ok();
@@ -134,8 +138,8 @@ impl Scanner {
     /// Reads byte `text[at]` in state `row`; reports the markers ending there.
     #[inline(always)]
     fn step(&self, row: u16, b: u8, at: usize, found: &mut impl FnMut(usize, usize, usize)) -> u16 {
-        // A row plus a class stays below the rows' end (checked when the table was built).
-        let row = self.next[usize::from(row.wrapping_add(u16::from(self.classes[usize::from(b)])))];
+        // A row plus a class stays inside the table (entries past the rows are never reached).
+        let row = self.next[usize::from(row) + usize::from(self.classes[usize::from(b)])];
         if row < self.match_rows {
             let end = at + 1;
             for &(marker, len) in self.matches[usize::from(row / self.stride)].iter() {
