@@ -6,7 +6,7 @@
 //! lock; each healthy response halves the count, and at 0 the lockout is gone.
 
 use crate::settings::ModelLockoutSettings;
-use crate::types::{Reason, Scope, scaled, trim};
+use crate::types::{Reason, Scope, same_text, scaled, trim};
 use rustc_hash::FxBuildHasher;
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -85,7 +85,7 @@ struct Lock {
 
 impl Lock {
     fn is(&self, provider: &str, subject: &str, scope: LockScope) -> bool {
-        self.scope == scope && self.provider == provider && self.subject.eq_ignore_ascii_case(subject)
+        self.scope == scope && same_text(&self.provider, provider) && self.subject.eq_ignore_ascii_case(subject)
     }
 
     /// Whether this lock covers `model` (of `family`): its family key, its own not-found key
@@ -153,6 +153,7 @@ type Bucket = Map<Vec<Lock>>;
 
 /// The key a model or family is filed under: trimmed, ASCII lower-case (borrowed when it
 /// already is, as model names nearly always are).
+#[inline]
 fn key(s: &str) -> Cow<'_, str> {
     let s = trim(s);
     if s.bytes().any(|b| b.is_ascii_uppercase()) { Cow::Owned(s.to_ascii_lowercase()) } else { Cow::Borrowed(s) }
@@ -221,7 +222,7 @@ impl ModelLockouts {
                 existing.failure_count = failure_count;
                 existing.last_failure_at = now;
                 existing.last_cooldown = cooldown;
-                if existing.model != req.model {
+                if !same_text(&existing.model, req.model) {
                     existing.model = req.model.to_owned();
                 }
             }

@@ -211,6 +211,32 @@ pub fn trim(s: &str) -> &str {
     }
 }
 
+/// `a == b`, without a `memcmp` call for the short ids the engine compares on every decision
+/// (providers, models, connection ids): up to 16 bytes are read as two overlapping words.
+#[inline]
+pub fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    match n {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        4..=7 => word4(a, 0) == word4(b, 0) && word4(a, n - 4) == word4(b, n - 4),
+        8..=16 => word8(a, 0) == word8(b, 0) && word8(a, n - 8) == word8(b, n - 8),
+        _ => a == b,
+    }
+}
+
+fn word4(s: &[u8], at: usize) -> u32 {
+    s.get(at..at + 4).and_then(|w| w.try_into().ok()).map_or(0, u32::from_ne_bytes)
+}
+
+fn word8(s: &[u8], at: usize) -> u64 {
+    s.get(at..at + 8).and_then(|w| w.try_into().ok()).map_or(0, u64::from_ne_bytes)
+}
+
 #[cfg(test)]
 mod trim_tests {
     proptest::proptest! {
@@ -220,6 +246,13 @@ mod trim_tests {
             vec![" ", "\t", "\u{b}", "\u{a0}", "\u{3000}", "a", "gpt-4o", "é", "\n", "~", "\u{7f}"]), 0..6)) {
             let s: String = parts.concat();
             proptest::prop_assert_eq!(super::trim(&s), s.trim());
+        }
+
+        /// The same as `==` for any two texts, of every length around the word sizes.
+        #[test]
+        fn same_text_is_equality(a in "[ab\u{e9}]{0,20}", b in "[ab\u{e9}]{0,20}", copy in proptest::bool::ANY) {
+            let b = if copy { a.clone() } else { b };
+            proptest::prop_assert_eq!(super::same_text(&a, &b), a == b);
         }
     }
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 impl Engine {
-    pub(super) fn maybe_lock(&mut self, now: Instant, c: &Candidate<'_>, d: &Decision) {
+    /// `place` is `c`'s connection's place (from `Slots::place`).
+    pub(super) fn maybe_lock(&mut self, now: Instant, c: &Candidate<'_>, place: usize, d: &Decision) {
         let lc = &self.derived.lockout;
         let rule_scope = rule_lock_scope(d.lock.scope);
         // A model-scoped rule always locks (it replaces a connection cooldown); otherwise the
@@ -32,7 +33,7 @@ impl Engine {
             exact_is_upstream_reset: d.lock.upstream_reset && exact.is_some(),
         };
         let cooldown = self.lockouts.record_failure(now, lc, &req);
-        let (provider, connection, model) = self.conns.names(c, |s| super::intern_in(&mut self.ids, s));
+        let (provider, connection, model) = self.conns.names_at(place, c, |s| super::intern_in(&mut self.ids, s));
         if self.outbox.is_some() {
             let (provider, connection, model) = (Arc::clone(&provider), Arc::clone(&connection), Arc::clone(&model));
             let until = now + cooldown;

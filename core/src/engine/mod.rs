@@ -406,32 +406,29 @@ impl Engine {
                 self.tracker.record_failure(now, pc, c.class, c.provider, Some(c.connection));
             }
         }
-        let applied = self.connection_mut(c).record_failure(now, d, message, disable_cooling);
+        // The connection's place, found once for its state, its events and its lockout.
+        let place = self.conns.place(c);
+        let applied = self.conns.state_at(place).record_failure(now, d, message, disable_cooling);
         if matches!(applied, Applied::Cooldown { .. } | Applied::Terminal(_)) {
             // M5: sessions pinned to a key that failed at the account level move on.
             self.affinity.evict_connection(c.connection);
         }
-        // The connection's interned id, looked up once for every event of this failure.
-        let mut id = None;
         match applied {
             Applied::Cooldown { until, level } => {
-                let connection = Arc::clone(id.insert(self.conns.id(c)));
+                let connection = self.conns.id_at(place);
                 self.push(Event::ConnectionCooldown { connection, until, level, reason: d.reason })
             }
             Applied::Terminal(state) => {
-                let connection = Arc::clone(id.insert(self.conns.id(c)));
+                let connection = self.conns.id_at(place);
                 self.push(Event::ConnectionTerminal { connection, state })
             }
             Applied::Unchanged => {}
         }
         if self.outbox.is_some() && applied != Applied::Unchanged {
-            let connection = match &id {
-                Some(a) => Arc::clone(a),
-                None => self.conns.id(c),
-            };
+            let connection = self.conns.id_at(place);
             self.collect(change::Pending::Connection { connection, reason: d.reason });
         }
-        self.maybe_lock(now, c, d);
+        self.maybe_lock(now, c, place, d);
     }
 
     fn intern(&mut self, id: &str) -> Arc<str> {

@@ -6,6 +6,7 @@
 use super::candidate::{Candidate, Slot};
 use super::memory::Traffic;
 use crate::connection::ConnectionState;
+use crate::types::same_text;
 use rustc_hash::FxBuildHasher;
 use std::sync::Arc;
 
@@ -65,9 +66,9 @@ impl Slots {
         }
     }
 
-    /// `c`'s connection's place, made on first use.
+    /// `c`'s connection's place, made on first use (for the `_at` accessors).
     #[inline]
-    fn place(&mut self, c: &Candidate<'_>) -> usize {
+    pub(super) fn place(&mut self, c: &Candidate<'_>) -> usize {
         match self.find(c) {
             Some(i) => i,
             None => self.index(c.connection),
@@ -87,23 +88,34 @@ impl Slots {
         self.all[i].state.get_or_insert_with(ConnectionState::default)
     }
 
+    /// The state at place `i` (from [`Self::place`]), made fresh on first use.
+    pub(super) fn state_at(&mut self, i: usize) -> &mut ConnectionState {
+        self.all[i].state.get_or_insert_with(ConnectionState::default)
+    }
+
+    /// The engine's copy of the id at place `i` (from [`Self::place`]).
+    pub(super) fn id_at(&self, i: usize) -> Arc<str> {
+        Arc::clone(&self.all[i].id)
+    }
+
     /// The engine's copy of `c`'s connection id (for events), made on first use.
     pub(super) fn id(&mut self, c: &Candidate<'_>) -> Arc<str> {
         let i = self.place(c);
         Arc::clone(&self.all[i].id)
     }
 
-    /// `c`'s provider, connection and model as events name them: the engine's copies, the
-    /// provider and model interned by `intern` unless the place names them already.
-    pub(super) fn names(
+    /// `c`'s provider, connection and model as events name them, `c`'s place being `i` (from
+    /// [`Self::place`]): the engine's copies, the provider and model interned by `intern` unless
+    /// the place names them already.
+    pub(super) fn names_at(
         &mut self,
+        i: usize,
         c: &Candidate<'_>,
         mut intern: impl FnMut(&str) -> Arc<str>,
     ) -> (Arc<str>, Arc<str>, Arc<str>) {
-        let i = self.place(c);
         let place = &mut self.all[i];
         let (provider, model) = match &place.named {
-            Some((p, m)) if **p == *c.provider && **m == *c.model => (Arc::clone(p), Arc::clone(m)),
+            Some((p, m)) if same_text(p, c.provider) && same_text(m, c.model) => (Arc::clone(p), Arc::clone(m)),
             _ => {
                 let named = (intern(c.provider), intern(c.model));
                 place.named = Some((Arc::clone(&named.0), Arc::clone(&named.1)));
@@ -195,15 +207,19 @@ mod tests {
             Arc::<str>::from(x)
         };
         let c = Candidate::new("p", ProviderClass::ApiKey, "k1", "m1");
-        let (p, id, m) = s.names(&c, &mut intern);
+        let mut names = |s: &mut Slots, c: &Candidate<'_>| {
+            let i = s.place(c);
+            s.names_at(i, c, &mut intern)
+        };
+        let (p, id, m) = names(&mut s, &c);
         assert_eq!((&*p, &*id, &*m), ("p", "k1", "m1"));
-        let again = s.names(&c, &mut intern);
+        let again = names(&mut s, &c);
         assert!(Arc::ptr_eq(&again.0, &p) && Arc::ptr_eq(&again.2, &m), "the same names, not interned again");
         let other = Candidate::new("p", ProviderClass::ApiKey, "k1", "m2");
-        let (_, _, m2) = s.names(&other, &mut intern);
+        let (_, _, m2) = names(&mut s, &other);
         assert_eq!(&*m2, "m2", "another model is named as itself");
         let moved = Candidate::new("q", ProviderClass::ApiKey, "k1", "m2");
-        assert_eq!(&*s.names(&moved, &mut intern).0, "q", "another provider is named as itself");
+        assert_eq!(&*names(&mut s, &moved).0, "q", "another provider is named as itself");
         assert_eq!(interned, ["p", "m1", "p", "m2", "q", "m2"]);
     }
 }

@@ -78,7 +78,13 @@ pub struct Ask {
 /// Cursors and decks kept between decisions, per combo (or provider) key.
 #[derive(Debug, Clone, Default)]
 pub struct Memory {
+    /// Each key's place in `turns`.
     cursors: ByKey<usize>,
+    /// Each key with its rotation cursor.
+    turns: Vec<(String, usize)>,
+    /// The place in `turns` last rotated: a provider's keys are rotated on every pick, so the
+    /// next rotation is nearly always of the same key (compared before any hashing).
+    last: usize,
     decks: ByKey<Vec<u64>>,
     deficits: ByKey<BTreeMap<u64, i64>>,
 }
@@ -93,7 +99,23 @@ impl Memory {
     /// The start position of a rotation among `len` options for `key`, the cursor advanced:
     /// [`super::simple::round_robin`] uses it over items, the engine directly over a provider's keys.
     pub fn rotate(&mut self, key: &str, len: usize) -> usize {
-        let cursor = slot(&mut self.cursors, key);
+        let at = match self.turns.get(self.last) {
+            Some((k, _)) if k == key => self.last,
+            _ => {
+                if self.cursors.len() >= MEMORY_CAP && !self.cursors.contains_key(key) {
+                    self.cursors.clear();
+                    self.turns.clear();
+                }
+                let turns = &mut self.turns;
+                let at = *self.cursors.entry_ref(key).or_insert_with(|| {
+                    turns.push((key.to_owned(), 0));
+                    turns.len() - 1
+                });
+                self.last = at;
+                at
+            }
+        };
+        let cursor = &mut self.turns[at].1;
         let start = *cursor % len.max(1);
         *cursor = cursor.wrapping_add(1);
         start

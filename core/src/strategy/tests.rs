@@ -260,6 +260,21 @@ fn auto_prefers_the_healthy_fast_cheap_option() {
     assert!(s.iter().all(|x| (0.0..=1.0).contains(x)), "{s:?}");
 }
 
+#[test]
+fn each_key_keeps_its_own_rotation_and_all_restart_past_the_cap() {
+    let mut m = Memory::default();
+    let turns: Vec<usize> = ["a", "a", "b", "a", "b", "a"].iter().map(|k| m.rotate(k, 3)).collect();
+    assert_eq!(turns, [0, 1, 0, 2, 1, 0]);
+    // "a", "b" and 9 998 more: the cap of 10 000 keys, all still held.
+    for i in 0..9_998 {
+        m.rotate(&format!("k{i}"), 3);
+    }
+    assert_eq!((m.rotate("a", 3), m.rotate("b", 3)), (1, 2));
+    // One more new key clears them all.
+    m.rotate("new", 3);
+    assert_eq!((m.rotate("a", 3), m.rotate("b", 3), m.rotate("a", 3)), (0, 0, 1));
+}
+
 mod properties {
     use super::*;
     use proptest::prelude::{any, prop_assert_eq, proptest};
