@@ -36,7 +36,12 @@ impl Engine {
         // A provider's breaker and provider-wide cooldown are looked up once for a run of its
         // candidates (the keys of one provider are listed together); nothing changes them
         // while candidates are checked.
-        let mut breaker: Option<(&str, Option<Shut>, Duration)> = None;
+        let mut run: Option<&str> = None;
+        let (mut shut, mut cooling): (Option<Shut>, Duration) = (None, Duration::ZERO);
+        // What the ordering needs of the eligible: whether they share one target, and whether
+        // any is limited to a number of requests at once (M7).
+        let mut target: Option<usize> = None;
+        let (mut one_target, mut gated) = (true, false);
         for (i, c) in candidates.iter().enumerate() {
             if tried.was_tried(i) || tried.is_exhausted(c.connection) {
                 excluded.push(Exclusion { index: i, reason: ExclusionReason::Skipped, retry_after: Duration::ZERO });
@@ -49,32 +54,31 @@ impl Engine {
                 excluded.push(Exclusion { index: i, reason: ExclusionReason::ToolLimit, retry_after: Duration::ZERO });
                 continue;
             }
-            let (shut, cooling) = match breaker {
-                Some((provider, shut, cooling)) if std::ptr::eq(provider, c.provider) || provider == c.provider => {
-                    (shut, cooling)
-                }
-                _ => {
-                    let shut = self.breaker_exclusion(now, c.provider);
-                    let cooling = self.provider_cooldown(now, c);
-                    breaker = Some((c.provider, shut, cooling));
-                    (shut, cooling)
-                }
-            };
+            if !run.is_some_and(|p| std::ptr::eq(p, c.provider) || p == c.provider) {
+                shut = self.breaker_exclusion(now, c.provider);
+                cooling = self.provider_cooldown(now, c);
+                run = Some(c.provider);
+            }
             match shut.or_else(|| self.connection_exclusion(now, c, cooling)) {
                 Some((reason, retry_after)) => excluded.push(Exclusion { index: i, reason, retry_after }),
-                None => eligible.push(i),
+                None => {
+                    one_target &= *target.get_or_insert(c.traits.target) == c.traits.target;
+                    gated |= c.traits.max_concurrent.is_some();
+                    eligible.push(i);
+                }
             }
         }
         // Try eligible candidates in strategy order; the breaker may still refuse (a probe
         // slot was taken by the previous candidate of the same provider).
-        self.order_into(now, candidates, &eligible, route, &mut order);
+        self.order_into(now, candidates, &eligible, (one_target, gated), route, &mut order);
         let mut picked = None;
         for &i in &order {
             let c = &candidates[i];
             match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
                 Admission::Admit(ticket) | Admission::Probe(ticket) => {
-                    self.connection_mut(c).on_selected(now);
-                    self.dispatched(c);
+                    let place = self.conns.place(c);
+                    self.conns.state_at(place).on_selected(now);
+                    self.conns.dispatched_at(place);
                     if route.session.is_some() {
                         self.affinity.used(now, c.connection);
                     }
@@ -98,11 +102,14 @@ impl Engine {
     /// route's strategy, then each target's connections by its provider's connection strategy,
     /// a connection saturated at its `max_concurrent` behind the others (the M7 gate only
     /// deprioritises).
+    /// `one_target_gated`: whether the eligible share one target, and whether any of them has
+    /// a `max_concurrent`.
     fn order_into<'c>(
         &mut self,
         now: Instant,
         candidates: &[Candidate<'c>],
         eligible: &[usize],
+        (one_target, gated): (bool, bool),
         route: &Route<'_>,
         out: &mut Vec<usize>,
     ) {
@@ -115,10 +122,8 @@ impl Engine {
         // several targets on one provider does not re-pin the session once per target.
         let mut decided: Vec<&'c str> = Vec::new();
         // One target (a plain model, or one combo target left): its connections in order.
-        if let Some(&first) = eligible.first()
-            && eligible.iter().all(|&i| candidates[i].traits.target == candidates[first].traits.target)
-        {
-            self.order_target(now, candidates, eligible, route, &mut decided, out);
+        if one_target {
+            self.order_target(now, candidates, eligible, gated, route, &mut decided, out);
             return;
         }
         // Targets, in first-seen order, each with its eligible candidates.
@@ -131,17 +136,22 @@ impl Engine {
             }
         }
         for g in self.rank_targets(now, candidates, &groups, route) {
-            self.order_target(now, candidates, &groups[g].1, route, &mut decided, out);
+            let members = &groups[g].1;
+            let gated = members.iter().any(|&m| candidates[m].traits.max_concurrent.is_some());
+            self.order_target(now, candidates, members, gated, route, &mut decided, out);
         }
     }
 
     /// Appends one target's eligible connections (`members`) to `out`, in its provider's
-    /// connection strategy, the M7 gate and the session's pin.
+    /// connection strategy, the M7 gate (`gated`: some member has a `max_concurrent`) and the
+    /// session's pin.
+    #[allow(clippy::too_many_arguments)]
     fn order_target<'c>(
         &mut self,
         now: Instant,
         candidates: &[Candidate<'c>],
         members: &[usize],
+        gated: bool,
         route: &Route<'_>,
         decided: &mut Vec<&'c str>,
         out: &mut Vec<usize>,
@@ -160,7 +170,6 @@ impl Engine {
         }
         let first = &candidates[members[0]];
         let strategy = first.traits.connection_strategy;
-        let gated = members.iter().any(|&m| candidates[m].traits.max_concurrent.is_some());
         // Cursors, decks and credit among a provider's keys are the provider's own, shared by
         // every combo and model that uses it.
         if !gated && route.session.is_none() && matches!(strategy, Strategy::Priority | Strategy::RoundRobin) {

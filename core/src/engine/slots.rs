@@ -93,6 +93,13 @@ impl Slots {
         self.all[i].state.get_or_insert_with(ConnectionState::default)
     }
 
+    /// One more request in flight and dispatched at place `i` (from [`Self::place`]).
+    pub(super) fn dispatched_at(&mut self, i: usize) {
+        let t = &mut self.all[i].traffic;
+        t.in_flight = t.in_flight.saturating_add(1);
+        t.dispatched = t.dispatched.saturating_add(1);
+    }
+
     /// The engine's copy of the id at place `i` (from [`Self::place`]).
     pub(super) fn id_at(&self, i: usize) -> Arc<str> {
         Arc::clone(&self.all[i].id)

@@ -25,12 +25,6 @@ impl Engine {
         self.conns.traffic(c).dispatched
     }
 
-    pub(super) fn dispatched(&mut self, c: &Candidate<'_>) {
-        let t = self.conns.traffic_mut(c);
-        t.in_flight = t.in_flight.saturating_add(1);
-        t.dispatched = t.dispatched.saturating_add(1);
-    }
-
     pub(super) fn finished(&mut self, c: &Candidate<'_>) {
         let t = self.conns.traffic_mut(c);
         t.in_flight = t.in_flight.saturating_sub(1);
