@@ -295,6 +295,7 @@ impl ModelLockouts {
     }
 
     /// Time left on any lock covering this model on this connection.
+    #[inline]
     pub fn remaining(
         &self,
         now: Instant,
@@ -306,6 +307,20 @@ impl ModelLockouts {
         if self.ends_by.is_none_or(|end| now >= end) {
             return None;
         }
+        self.remaining_of(now, provider, connection, model, family)
+    }
+
+    /// [`Self::remaining`] past its quick check (out of line, so that a check of many
+    /// candidates with no lock running stays small).
+    #[inline(never)]
+    fn remaining_of(
+        &self,
+        now: Instant,
+        provider: &str,
+        connection: &str,
+        model: &str,
+        family: Option<&str>,
+    ) -> Option<(Duration, Reason)> {
         let bucket = self.locks.get(connection)?;
         Self::covering(bucket, model, family)
             .filter(|l| now < l.until && l.covers(provider, model, family))

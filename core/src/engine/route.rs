@@ -33,6 +33,51 @@ impl Engine {
         let mut order = std::mem::take(&mut self.scratch.order);
         eligible.clear();
         order.clear();
+        let facts = self.eligible_into(now, candidates, route, tried, &mut excluded, &mut eligible);
+        // Try eligible candidates in strategy order; the breaker may still refuse (a probe
+        // slot was taken by the previous candidate of the same provider).
+        self.order_into(now, candidates, &eligible, facts, route, &mut order);
+        let mut picked = None;
+        for &i in &order {
+            let c = &candidates[i];
+            match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
+                Admission::Admit(ticket) | Admission::Probe(ticket) => {
+                    let place = self.conns.place(c);
+                    self.conns.state_at(place).on_selected(now);
+                    self.conns.dispatched_at(place);
+                    if route.session.is_some() {
+                        self.affinity.used(now, c.connection);
+                    }
+                    picked = Some(Selection::Pick { index: i, ticket });
+                    break;
+                }
+                Admission::Reject { retry_after } => {
+                    excluded.push(Exclusion { index: i, reason: ExclusionReason::CircuitOpen, retry_after })
+                }
+            }
+        }
+        self.scratch.eligible = eligible;
+        self.scratch.order = order;
+        picked.unwrap_or_else(|| {
+            excluded.sort_by_key(|e| e.index);
+            Selection::NoneEligible(excluded)
+        })
+    }
+
+    /// Checks every candidate (in a function of its own: a small frame keeps the loop's state
+    /// in registers): the excluded go to `excluded` with why, the eligible to `eligible`.
+    /// Returns whether the eligible share one target, and whether any of them has a
+    /// `max_concurrent` (M7).
+    #[inline(never)]
+    fn eligible_into(
+        &self,
+        now: Instant,
+        candidates: &[Candidate<'_>],
+        route: &Route<'_>,
+        tried: &Tried,
+        excluded: &mut Vec<Exclusion>,
+        eligible: &mut Vec<usize>,
+    ) -> (bool, bool) {
         // A provider's breaker and provider-wide cooldown are looked up once for a run of its
         // candidates (the keys of one provider are listed together); nothing changes them
         // while candidates are checked.
@@ -68,34 +113,7 @@ impl Engine {
                 }
             }
         }
-        // Try eligible candidates in strategy order; the breaker may still refuse (a probe
-        // slot was taken by the previous candidate of the same provider).
-        self.order_into(now, candidates, &eligible, (one_target, gated), route, &mut order);
-        let mut picked = None;
-        for &i in &order {
-            let c = &candidates[i];
-            match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
-                Admission::Admit(ticket) | Admission::Probe(ticket) => {
-                    let place = self.conns.place(c);
-                    self.conns.state_at(place).on_selected(now);
-                    self.conns.dispatched_at(place);
-                    if route.session.is_some() {
-                        self.affinity.used(now, c.connection);
-                    }
-                    picked = Some(Selection::Pick { index: i, ticket });
-                    break;
-                }
-                Admission::Reject { retry_after } => {
-                    excluded.push(Exclusion { index: i, reason: ExclusionReason::CircuitOpen, retry_after })
-                }
-            }
-        }
-        self.scratch.eligible = eligible;
-        self.scratch.order = order;
-        picked.unwrap_or_else(|| {
-            excluded.sort_by_key(|e| e.index);
-            Selection::NoneEligible(excluded)
-        })
+        (one_target, gated)
     }
 
     /// The order in which `eligible` candidates are tried, appended to `out`: targets by the
