@@ -6,7 +6,7 @@
 //! lock; each healthy response halves the count, and at 0 the lockout is gone.
 
 use crate::settings::ModelLockoutSettings;
-use crate::types::{Reason, Scope, same_text, scaled, trim};
+use crate::types::{Reason, Scope, has_ascii_upper, same_text, scaled, trim};
 use rustc_hash::FxBuildHasher;
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -85,16 +85,15 @@ struct Lock {
 
 impl Lock {
     fn is(&self, provider: &str, subject: &str, scope: LockScope) -> bool {
-        self.scope == scope && same_text(&self.provider, provider) && self.subject.eq_ignore_ascii_case(subject)
+        self.scope == scope && same_text(&self.provider, provider) && same_key(&self.subject, subject)
     }
 
     /// Whether this lock covers `model` (of `family`): its family key, its own not-found key
     /// (a 404 locks the model itself at family scope), or its exact key.
     fn covers(&self, provider: &str, model: &str, family: Option<&str>) -> bool {
         self.provider == provider
-            && (self.subject.eq_ignore_ascii_case(trim(model))
-                || (self.scope == LockScope::QuotaFamily
-                    && family.is_some_and(|f| self.subject.eq_ignore_ascii_case(trim(f)))))
+            && (same_key(&self.subject, trim(model))
+                || (self.scope == LockScope::QuotaFamily && family.is_some_and(|f| same_key(&self.subject, trim(f)))))
     }
 }
 
@@ -151,12 +150,19 @@ type Map<V> = hashbrown::HashMap<String, V, FxBuildHasher>;
 /// connection or a hundred thousand.
 type Bucket = Map<Vec<Lock>>;
 
+/// Whether `subject` is filed under `key` (a lock's subject, already lower-case): compared
+/// as is first, since model names nearly always are lower-case.
+#[inline]
+fn same_key(key: &str, subject: &str) -> bool {
+    same_text(key, subject) || key.eq_ignore_ascii_case(subject)
+}
+
 /// The key a model or family is filed under: trimmed, ASCII lower-case (borrowed when it
 /// already is, as model names nearly always are).
 #[inline]
 fn key(s: &str) -> Cow<'_, str> {
     let s = trim(s);
-    if s.bytes().any(|b| b.is_ascii_uppercase()) { Cow::Owned(s.to_ascii_lowercase()) } else { Cow::Borrowed(s) }
+    if has_ascii_upper(s) { Cow::Owned(s.to_ascii_lowercase()) } else { Cow::Borrowed(s) }
 }
 
 /// All model lockouts (in memory only), indexed by connection and then by subject, so that a

@@ -229,6 +229,31 @@ pub fn same_text(a: &str, b: &str) -> bool {
     }
 }
 
+/// Whether `s` holds an ASCII capital: eight bytes a step (a lockout key is lower-cased only
+/// when it has one, and model names nearly never do).
+#[inline]
+pub fn has_ascii_upper(s: &str) -> bool {
+    // Per byte, ignoring its top bit: +63 carries into the top bit from 'A' up, +37 from past
+    // 'Z' up; a byte with its top bit set (UTF-8) is never a capital.
+    fn any(w: u64) -> bool {
+        const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+        let low = w & LOW;
+        let from_a = low + 0x3f3f_3f3f_3f3f_3f3f;
+        let past_z = low + 0x2525_2525_2525_2525;
+        from_a & !past_z & !w & !LOW != 0
+    }
+    let b = s.as_bytes();
+    let n = b.len();
+    match n {
+        0..=3 => b.iter().any(u8::is_ascii_uppercase),
+        4..=7 => any(u64::from(word4(b, 0)) | u64::from(word4(b, n - 4)) << 32),
+        _ => {
+            let (words, _) = b.as_chunks::<8>();
+            words.iter().any(|w| any(u64::from_ne_bytes(*w))) || any(word8(b, n - 8))
+        }
+    }
+}
+
 fn word4(s: &[u8], at: usize) -> u32 {
     s.get(at..at + 4).and_then(|w| w.try_into().ok()).map_or(0, u32::from_ne_bytes)
 }
@@ -246,6 +271,13 @@ mod trim_tests {
             vec![" ", "\t", "\u{b}", "\u{a0}", "\u{3000}", "a", "gpt-4o", "é", "\n", "~", "\u{7f}"]), 0..6)) {
             let s: String = parts.concat();
             proptest::prop_assert_eq!(super::trim(&s), s.trim());
+        }
+
+        /// The same as asking every byte, for any text (capitals, their neighbours '@' and
+        /// '[', and multi-byte characters).
+        #[test]
+        fn has_ascii_upper_asks_every_byte(s in "[a-zA-Z@\\[z{`\u{e9}\u{c9}\u{100}0-9-]{0,20}") {
+            proptest::prop_assert_eq!(super::has_ascii_upper(&s), s.bytes().any(|b| b.is_ascii_uppercase()));
         }
 
         /// The same as `==` for any two texts, of every length around the word sizes.
