@@ -469,6 +469,7 @@ mod outcome;
 mod route;
 mod shared;
 mod slots;
+mod turn;
 mod usage;
 
 pub use candidate::Slot;
@@ -484,3 +485,7 @@ mod tests;
 #[cfg(test)]
 #[path = "routing_tests.rs"]
 mod routing_tests;
+
+#[cfg(test)]
+#[path = "turn_tests.rs"]
+mod turn_tests;

@@ -7,9 +7,7 @@ use crate::strategy::simple::extend_rotated;
 use crate::strategy::{Item, rank, stable_hash};
 use crate::tried::Tried;
 use rand::RngExt;
-
-/// Why a candidate is shut out, and for how long.
-type Shut = (ExclusionReason, Duration);
+use turn::{Run, in_turn};
 
 impl Engine {
     /// Picks one eligible candidate by the route's strategies, admits it through its
@@ -26,6 +24,9 @@ impl Engine {
     ) -> Selection {
         if i64::from(tried.attempts()) >= self.settings.routing.max_attempts {
             return Selection::BudgetSpent { attempts: tried.attempts() };
+        }
+        if let Some(strategy) = in_turn(candidates, route) {
+            return self.select_in_turn(now, candidates, route, tried, strategy);
         }
         let mut excluded = Vec::new();
         // The eligible indices and their order are kept between calls (cleared, not freed).
@@ -78,34 +79,14 @@ impl Engine {
         excluded: &mut Vec<Exclusion>,
         eligible: &mut Vec<usize>,
     ) -> (bool, bool) {
-        // A provider's breaker and provider-wide cooldown are looked up once for a run of its
-        // candidates (the keys of one provider are listed together); nothing changes them
-        // while candidates are checked.
-        let mut run: Option<&str> = None;
-        let (mut shut, mut cooling): (Option<Shut>, Duration) = (None, Duration::ZERO);
+        let mut run = Run::default();
         // What the ordering needs of the eligible: whether they share one target, and whether
         // any is limited to a number of requests at once (M7).
         let mut target: Option<usize> = None;
         let (mut one_target, mut gated) = (true, false);
         for (i, c) in candidates.iter().enumerate() {
-            if tried.was_tried(i) || tried.is_exhausted(c.connection) {
-                excluded.push(Exclusion { index: i, reason: ExclusionReason::Skipped, retry_after: Duration::ZERO });
-                continue;
-            }
-            if route.ask.tools > 0
-                && let Some(limit) = self.tool_limit(c.provider, c.model)
-                && route.ask.tools > limit
-            {
-                excluded.push(Exclusion { index: i, reason: ExclusionReason::ToolLimit, retry_after: Duration::ZERO });
-                continue;
-            }
-            if !run.is_some_and(|p| std::ptr::eq(p, c.provider) || p == c.provider) {
-                shut = self.breaker_exclusion(now, c.provider);
-                cooling = self.provider_cooldown(now, c);
-                run = Some(c.provider);
-            }
-            match shut.or_else(|| self.connection_exclusion(now, c, cooling)) {
-                Some((reason, retry_after)) => excluded.push(Exclusion { index: i, reason, retry_after }),
+            match self.shut_out(now, (i, c), route, tried, &mut run) {
+                Some(e) => excluded.push(e),
                 None => {
                     one_target &= *target.get_or_insert(c.traits.target) == c.traits.target;
                     gated |= c.traits.max_concurrent.is_some();
@@ -140,7 +121,7 @@ impl Engine {
         // several targets on one provider does not re-pin the session once per target.
         let mut decided: Vec<&'c str> = Vec::new();
         // One target (a plain model, or one combo target left): its connections in order.
-        if one_target {
+        if one_target && !eligible.is_empty() {
             self.order_target(now, candidates, eligible, gated, route, &mut decided, out);
             return;
         }

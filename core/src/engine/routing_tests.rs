@@ -224,8 +224,8 @@ fn cooldown_wait_bounds_and_reasons() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
-    /// Whatever the strategy, state and outcomes, nothing excluded is picked, no candidate is
-    /// picked twice in a request, and a request never exceeds its attempt budget.
+    /// Whatever the strategy, state, session and outcomes, nothing excluded is picked, no
+    /// candidate is picked twice in a request, and a request never exceeds its attempt budget.
     #[test]
     fn no_strategy_picks_an_excluded_candidate_or_exceeds_the_budget(
         seed in any::<u64>(),
@@ -234,6 +234,7 @@ proptest! {
         outcomes in proptest::collection::vec(0u8..5, 1..40),
         budget in 1i64..12,
         weights in proptest::collection::vec(0u32..4, 3),
+        session in any::<bool>(),
     ) {
         let mut settings = ResilienceSettings::default();
         settings.routing.max_attempts = budget;
@@ -257,7 +258,11 @@ proptest! {
                 });
             }
         }
-        let route = Route::new(Strategy::ALL[strategy_ix], "combo");
+        let route = Route {
+            session: session.then_some("s1"),
+            session_ttl: Duration::from_secs(600),
+            ..Route::new(Strategy::ALL[strategy_ix], "combo")
+        };
         let mut tried = Tried::new();
         let mut seen = std::collections::BTreeSet::new();
         for o in outcomes {

@@ -99,6 +99,15 @@ impl Memory {
     /// The start position of a rotation among `len` options for `key`, the cursor advanced:
     /// [`super::simple::round_robin`] uses it over items, the engine directly over a provider's keys.
     pub fn rotate(&mut self, key: &str, len: usize) -> usize {
+        let cursor = self.cursor(key);
+        let start = *cursor % len.max(1);
+        *cursor = cursor.wrapping_add(1);
+        start
+    }
+
+    /// `key`'s rotation cursor (0 at first), to read or move: the engine keeps there the
+    /// position after a provider's key last picked.
+    pub fn cursor(&mut self, key: &str) -> &mut usize {
         let at = match self.turns.get(self.last) {
             Some((k, _)) if k == key => self.last,
             _ => {
@@ -115,10 +124,7 @@ impl Memory {
                 at
             }
         };
-        let cursor = &mut self.turns[at].1;
-        let start = *cursor % len.max(1);
-        *cursor = cursor.wrapping_add(1);
-        start
+        &mut self.turns[at].1
     }
 
     pub(super) fn deficits(&mut self, key: &str) -> &mut BTreeMap<u64, i64> {

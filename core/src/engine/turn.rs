@@ -1,0 +1,120 @@
+//! Keys tried in turn: when one target's keys are ordered by priority or round robin alone (no
+//! session, no `max_concurrent`), the pick is the first key in that order that is eligible and
+//! admitted, so the keys after it are never checked. A decision among a provider's keys then
+//! costs the same with eight keys or a thousand, as long as the next key in turn can serve.
+//!
+//! Round robin here starts at the key after the one last picked (in the listed order), and
+//! skips keys that cannot serve: with one key of four cooling, the other three share the
+//! requests evenly.
+
+use super::*;
+use crate::tried::Tried;
+
+/// Why a candidate is shut out, and for how long.
+pub(super) type Shut = (ExclusionReason, Duration);
+
+/// A provider's breaker refusal and provider-wide cooldown, looked up once for a run of its
+/// candidates (the keys of one provider are listed together; nothing changes them while the
+/// candidates are checked).
+#[derive(Default)]
+pub(super) struct Run<'c> {
+    provider: Option<&'c str>,
+    shut: Option<Shut>,
+    cooling: Duration,
+}
+
+/// The connection strategy `candidates` are tried in turn by, if they can be: one target, no
+/// session, no `max_concurrent`, and priority or round robin.
+pub(super) fn in_turn(candidates: &[Candidate<'_>], route: &Route<'_>) -> Option<Strategy> {
+    let first = candidates.first()?;
+    let strategy = first.traits.connection_strategy;
+    let alike = |c: &Candidate<'_>| {
+        c.traits.target == first.traits.target
+            && c.traits.connection_strategy == strategy
+            && c.traits.max_concurrent.is_none()
+    };
+    (route.session.is_none()
+        && matches!(strategy, Strategy::Priority | Strategy::RoundRobin)
+        && candidates.iter().all(alike))
+    .then_some(strategy)
+}
+
+impl Engine {
+    /// Why candidate `i` (`c`) cannot be tried now, if it cannot: tried or exhausted by this
+    /// request, more tools than its model takes, its provider's breaker or cooldown, or its
+    /// connection's cooldown, terminal state or model lockout.
+    #[inline(always)]
+    pub(super) fn shut_out<'c>(
+        &self,
+        now: Instant,
+        (i, c): (usize, &Candidate<'c>),
+        route: &Route<'_>,
+        tried: &Tried,
+        run: &mut Run<'c>,
+    ) -> Option<Exclusion> {
+        let shut = |reason, retry_after| Some(Exclusion { index: i, reason, retry_after });
+        if tried.was_tried(i) || tried.is_exhausted(c.connection) {
+            return shut(ExclusionReason::Skipped, Duration::ZERO);
+        }
+        if route.ask.tools > 0
+            && let Some(limit) = self.tool_limit(c.provider, c.model)
+            && route.ask.tools > limit
+        {
+            return shut(ExclusionReason::ToolLimit, Duration::ZERO);
+        }
+        if !run.provider.is_some_and(|p| std::ptr::eq(p, c.provider) || p == c.provider) {
+            run.shut = self.breaker_exclusion(now, c.provider);
+            run.cooling = self.provider_cooldown(now, c);
+            run.provider = Some(c.provider);
+        }
+        let (reason, retry_after) = run.shut.or_else(|| self.connection_exclusion(now, c, run.cooling))?;
+        shut(reason, retry_after)
+    }
+
+    /// [`Engine::select`] over candidates tried in turn by `strategy` (see [`in_turn`]):
+    /// from the first key, or for round robin from the key after the one last picked, the
+    /// first key eligible and admitted by its breaker.
+    #[inline(never)]
+    pub(super) fn select_in_turn(
+        &mut self,
+        now: Instant,
+        candidates: &[Candidate<'_>],
+        route: &Route<'_>,
+        tried: &Tried,
+        strategy: Strategy,
+    ) -> Selection {
+        let n = candidates.len();
+        let provider = candidates[0].provider;
+        let start = match strategy {
+            Strategy::RoundRobin => *self.connection_memory.cursor(provider) % n,
+            _ => 0,
+        };
+        let mut excluded = Vec::new();
+        let mut run = Run::default();
+        for k in 0..n {
+            let i = if start + k < n { start + k } else { start + k - n };
+            let c = &candidates[i];
+            if let Some(e) = self.shut_out(now, (i, c), route, tried, &mut run) {
+                excluded.push(e);
+                continue;
+            }
+            // The breaker may still refuse: a probe slot taken by an earlier key of this request.
+            match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
+                Admission::Admit(ticket) | Admission::Probe(ticket) => {
+                    let place = self.conns.place(c);
+                    self.conns.state_at(place).on_selected(now);
+                    self.conns.dispatched_at(place);
+                    if strategy == Strategy::RoundRobin {
+                        *self.connection_memory.cursor(provider) = i + 1;
+                    }
+                    return Selection::Pick { index: i, ticket };
+                }
+                Admission::Reject { retry_after } => {
+                    excluded.push(Exclusion { index: i, reason: ExclusionReason::CircuitOpen, retry_after })
+                }
+            }
+        }
+        excluded.sort_by_key(|e| e.index);
+        Selection::NoneEligible(excluded)
+    }
+}
