@@ -26,7 +26,7 @@ impl Engine {
             return Selection::BudgetSpent { attempts: tried.attempts() };
         }
         if let Some(strategy) = in_turn(candidates, route) {
-            return self.select_in_turn(now, candidates, route, tried, strategy);
+            return self.select_in_turn(now, candidates.len(), |i| candidates[i], route, tried, strategy);
         }
         let mut excluded = Vec::new();
         // The eligible indices and their order are kept between calls (cleared, not freed).

@@ -71,20 +71,44 @@ impl Engine {
         shut(reason, retry_after)
     }
 
-    /// [`Engine::select`] over candidates tried in turn by `strategy` (see [`in_turn`]):
-    /// from the first key, or for round robin from the key after the one last picked, the
-    /// first key eligible and admitted by its breaker.
-    #[inline(never)]
-    pub(super) fn select_in_turn(
+    /// [`Engine::select`] for `n` keys the caller knows can be tried in turn, each built only
+    /// when it is checked (`key(i)`, `i < n`): one target, one connection strategy (priority or
+    /// round robin), no `max_concurrent`, and no session. A request over a provider's thousand
+    /// keys then builds and checks one key, not a thousand, while the next key in turn can
+    /// serve. The indices are those of the keys in the caller's list, as with `select`.
+    pub fn select_keys_in_turn<'c>(
         &mut self,
         now: Instant,
-        candidates: &[Candidate<'_>],
+        n: usize,
+        key: impl Fn(usize) -> Candidate<'c>,
+        route: &Route<'_>,
+        tried: &Tried,
+    ) -> Selection {
+        if i64::from(tried.attempts()) >= self.settings.routing.max_attempts {
+            return Selection::BudgetSpent { attempts: tried.attempts() };
+        }
+        if n == 0 {
+            return Selection::NoneEligible(Vec::new());
+        }
+        let strategy = key(0).traits.connection_strategy;
+        self.select_in_turn(now, n, key, route, tried, strategy)
+    }
+
+    /// [`Engine::select`] over `n` candidates (`key(i)`) tried in turn by `strategy` (see
+    /// [`in_turn`]): from the first key, or for round robin from the key after the one last
+    /// picked, the first key eligible and admitted by its breaker.
+    #[inline(never)]
+    pub(super) fn select_in_turn<'c>(
+        &mut self,
+        now: Instant,
+        n: usize,
+        key: impl Fn(usize) -> Candidate<'c>,
         route: &Route<'_>,
         tried: &Tried,
         strategy: Strategy,
     ) -> Selection {
-        let n = candidates.len();
-        let provider = candidates[0].provider;
+        let first = key(0);
+        let provider = first.provider;
         let start = match strategy {
             Strategy::RoundRobin => *self.connection_memory.cursor(provider) % n,
             _ => 0,
@@ -93,7 +117,11 @@ impl Engine {
         let mut run = Run::default();
         for k in 0..n {
             let i = if start + k < n { start + k } else { start + k - n };
-            let c = &candidates[i];
+            let c = &key(i);
+            debug_assert!(
+                route.session.is_none() && in_turn(&[first, *c], route) == Some(strategy),
+                "keys tried in turn are alike: {first:?} and {c:?}"
+            );
             if let Some(e) = self.shut_out(now, (i, c), route, tried, &mut run) {
                 excluded.push(e);
                 continue;

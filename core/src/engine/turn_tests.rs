@@ -102,6 +102,8 @@ proptest! {
         outcomes in proptest::collection::vec((0u8..5, 0u64..3_000), 1..40),
     ) {
         let mut e = Engine::new(ResilienceSettings::default(), seed);
+        // The same engine fed the same outcomes, asked with keys built one by one.
+        let mut lazy = Engine::new(ResilienceSettings::default(), seed);
         let strategy = if round_robin { Strategy::RoundRobin } else { Strategy::Priority };
         let c = keys(n, strategy);
         let route = Route::new(Strategy::Priority, "t");
@@ -109,7 +111,10 @@ proptest! {
         let mut tried = Tried::new();
         for (o, wait) in outcomes {
             now += Duration::from_millis(wait);
-            match e.select(now, &c, &route, &tried) {
+            let selection = e.select(now, &c, &route, &tried);
+            let built = lazy.select_keys_in_turn(now, n, |i| c[i], &route, &tried);
+            prop_assert_eq!(format!("{:?}", built), format!("{:?}", selection), "keys built one by one pick alike");
+            match selection {
                 Selection::Pick { index, ticket } => {
                     prop_assert!(!tried.was_tried(index) && !tried.is_exhausted(c[index].connection));
                     let open = e.breaker_state(now, "p") == BreakerState::HalfOpen;
@@ -122,6 +127,7 @@ proptest! {
                         _ => AttemptOutcome::Upstream { status: 401, headers: &[], body: "invalid api key" },
                     };
                     let d = e.record(now, &c[index], "p", ticket, outcome, false, false, None);
+                    lazy.record(now, &c[index], "p", ticket, outcome, false, false, None);
                     tried.failed(index, c[index].connection, d.as_ref());
                     if o == 0 {
                         tried = Tried::new();

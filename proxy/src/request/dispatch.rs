@@ -162,7 +162,6 @@ fn pick<C: Connect + Clone + Send + Sync + 'static>(
     tried: &Tried,
     now: std::time::Instant,
 ) -> Selection {
-    let cands = gw.candidates(plan);
     let route = Route {
         strategy: plan.strategy,
         key: &plan.key,
@@ -170,6 +169,12 @@ fn pick<C: Connect + Clone + Send + Sync + 'static>(
         session: inbound.session.as_deref(),
         session_ttl: inbound.session_ttl,
     };
+    if gw.in_turn(plan, route.session.is_some()) {
+        // One provider's keys in turn: only those checked are built.
+        let n = plan.targets.len();
+        return gw.with_engine(|e| e.select_keys_in_turn(now, n, |i| gw.candidate(&plan.targets[i]), &route, tried));
+    }
+    let cands = gw.candidates(plan);
     gw.with_engine(|e| e.select(now, &cands, &route, tried))
 }
 

@@ -1,12 +1,26 @@
 //! A plan's targets as the core's candidates.
 
 use super::Gateway;
-use crate::config::{ConnectionConfig, ProviderConfig};
+use crate::config::{Config, ConnectionConfig, ProviderConfig};
 use crate::request::resolve::{Plan, Target};
-use ferroute_core::engine::{Candidate, Traits};
+use ferroute_core::engine::{Candidate, Strategy, Traits};
 use hyper_util::client::legacy::connect::Connect;
 
 impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
+    /// Each provider's connection strategy, and whether its keys can be tried in turn: priority or
+    /// round robin, and no key held to a `max_concurrent` (see `Engine::select_keys_in_turn`).
+    pub(super) fn strategies(config: &Config) -> Vec<(Strategy, bool)> {
+        let gated = config.resilience.quota_share.enabled;
+        (0..config.providers.len())
+            .map(|pi| {
+                let strategy = config.providers[pi].connection_strategy();
+                let limited =
+                    config.connections_of(pi).iter().any(|&ci| config.connections[ci].max_concurrent.is_some());
+                (strategy, matches!(strategy, Strategy::Priority | Strategy::RoundRobin) && !(gated && limited))
+            })
+            .collect()
+    }
+
     /// The provider and connection of a target.
     pub fn parts(&self, t: &Target) -> (&ProviderConfig, &ConnectionConfig) {
         (&self.config.providers[t.provider], &self.config.connections[t.connection])
@@ -33,12 +47,22 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                 weight: t.weight,
                 cost: t.cost,
                 context_window: t.context_window,
-                connection_strategy: self.connection_strategies[t.provider],
+                connection_strategy: self.connection_strategies[t.provider].0,
                 connection_weight: c.weight.unwrap_or(1),
                 max_concurrent: c.max_concurrent.filter(|_| self.config.resilience.quota_share.enabled),
                 daily_reset: self.daily_resets[t.provider],
             },
         }
+    }
+
+    /// Whether the core may try `plan`'s keys in turn, building each only when it checks it
+    /// (`Engine::select_keys_in_turn`): one provider's model, not a combo, whose keys are tried
+    /// in turn, for a request without a session.
+    pub fn in_turn(&self, plan: &Plan, session: bool) -> bool {
+        !plan.combo
+            && plan.multi.is_none()
+            && !session
+            && plan.targets.first().is_some_and(|t| self.connection_strategies[t.provider].1)
     }
 
     /// The core candidates of a plan's targets, in order. A target's connections share its

@@ -128,7 +128,8 @@ pub struct Gateway<C> {
     pub client: UpstreamClient<C>,
     /// Upstream endpoints and credentials, prepared once per config.
     pub endpoints: Endpoints,
-    connection_strategies: Vec<Strategy>,
+    /// Each provider's connection strategy, and whether its keys are tried in turn (by index).
+    connection_strategies: Vec<(Strategy, bool)>,
     /// Each connection's place in the engine's tables and the engine's copy of its id, by
     /// index: candidates carry both, so the core finds a connection without hashing its id.
     connection_keys: Vec<(Slot, Arc<str>)>,
@@ -182,7 +183,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         let gw = Gateway {
             accounts: Arc::new(Accounts::new(sealer)),
             endpoints: Endpoints::new(&config),
-            connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
+            connection_strategies: Self::strategies(&config),
             connection_keys,
             daily_resets: config.providers.iter().map(|p| p.daily_reset()).collect(),
             emergency: Arc::new(emergency),
@@ -220,7 +221,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         let gw = Gateway {
             accounts: Arc::clone(&self.accounts),
             endpoints: Endpoints::new(&config),
-            connection_strategies: config.providers.iter().map(|p| p.connection_strategy()).collect(),
+            connection_strategies: Self::strategies(&config),
             connection_keys,
             daily_resets: config.providers.iter().map(|p| p.daily_reset()).collect(),
             emergency: Arc::clone(&self.emergency),
