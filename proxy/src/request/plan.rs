@@ -130,10 +130,13 @@ pub fn prepare_all<C: Connect + Clone + Send + Sync + 'static>(
 ) -> Result<(Plan, Preps), ProxyError> {
     let mut preps: Preps = [None, None, None, None];
     let mut refused: Option<Untranslatable> = None;
-    // The formats the targets speak, in one pass (a target's connections share its provider).
+    // The formats the targets speak, in one pass (a target's connections share its provider;
+    // a plan that is no combo is one provider's, so its first target says it).
     let mut used = [false; 4];
     let mut last_provider = usize::MAX;
-    for t in &plan.targets {
+    debug_assert!(plan.combo || plan.targets.windows(2).all(|w| w[0].provider == w[1].provider));
+    let speaking = if plan.combo { &plan.targets[..] } else { &plan.targets[..plan.targets.len().min(1)] };
+    for t in speaking {
         if t.provider != last_provider {
             last_provider = t.provider;
             used[slot(gw.parts(t).0.format)] = true;

@@ -49,7 +49,8 @@ pub struct Plan {
     pub targets: Vec<Target>,
     /// Strategy.
     pub strategy: Strategy,
-    /// Whether it is a combo.
+    /// Whether it is a combo. A plan that is no combo is one provider's model: every target
+    /// is one of that provider's connections.
     pub combo: bool,
     /// Round-robin cursor name.
     pub key: String,
