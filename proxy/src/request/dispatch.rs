@@ -346,7 +346,7 @@ fn prepare_for<C: Connect + Clone + Send + Sync + 'static>(
     inbound: &Inbound,
     preps: &mut Preps,
 ) -> bool {
-    for t in &plan.targets {
+    for t in plan.targets.iter() {
         let format = gw.parts(t).0.format;
         if preps[slot(format)].is_none() {
             match exchange::prepare(inbound, format) {

@@ -47,8 +47,9 @@ pub fn plan<C: Connect + Clone + Send + Sync + 'static>(
         Plan {
             targets: plan
                 .targets
-                .into_iter()
+                .iter()
                 .filter(|t| client.may_use(&gw.config.connections[t.connection].id))
+                .cloned()
                 .collect(),
             ..plan
         }
@@ -63,8 +64,8 @@ pub fn plan<C: Connect + Clone + Send + Sync + 'static>(
     }
     let plan = match only {
         Some(leased) => {
-            let targets: Vec<_> =
-                plan.targets.into_iter().filter(|t| gw.config.connections[t.connection].id == leased).collect();
+            let targets: std::sync::Arc<[_]> =
+                plan.targets.iter().filter(|t| gw.config.connections[t.connection].id == leased).cloned().collect();
             if targets.is_empty() {
                 return Err(crate::sessions::leases::refuse(
                     ferroute_core::session::lease::LeaseError::ConnectionMismatch,
@@ -158,8 +159,8 @@ pub fn prepare_all<C: Connect + Clone + Send + Sync + 'static>(
         // Every target's format could express the request: all are kept as they are.
         return Ok((plan, preps));
     }
-    let targets: Vec<Target> =
-        plan.targets.into_iter().filter(|t| preps[slot(gw.parts(t).0.format)].is_some()).collect();
+    let targets: std::sync::Arc<[Target]> =
+        plan.targets.iter().filter(|t| preps[slot(gw.parts(t).0.format)].is_some()).cloned().collect();
     if targets.is_empty() {
         return Err(untranslatable(
             refused.unwrap_or_else(|| Untranslatable::new("model", "no target can serve this request")),

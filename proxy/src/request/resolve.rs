@@ -45,8 +45,8 @@ impl Target {
 /// How a request's `model` resolved.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// Candidates in order.
-    pub targets: Vec<Target>,
+    /// Candidates in order (shared: a provider's listed model keeps its targets per config).
+    pub targets: Arc<[Target]>,
     /// Strategy.
     pub strategy: Strategy,
     /// Whether it is a combo. A plan that is no combo is one provider's model: every target
@@ -76,6 +76,29 @@ pub enum MultiCall {
 /// first provider that lists it). Providers of every format are used: the request is
 /// translated where the formats differ.
 pub fn resolve(cfg: &Config, model: &str) -> Result<Plan, String> {
+    resolve_with(cfg, model, &[])
+}
+
+/// A provider's listed models with their targets, by provider index: kept per config, so that
+/// a request for a listed model shares them instead of building one per connection.
+pub type Listed = [std::collections::BTreeMap<Box<str>, Arc<[Target]>>];
+
+/// The targets of every listed model of every provider (see [`Listed`]).
+pub fn listed(cfg: &Config) -> Vec<std::collections::BTreeMap<Box<str>, Arc<[Target]>>> {
+    (0..cfg.providers.len())
+        .map(|pi| {
+            cfg.providers[pi].models.iter().map(|m| (Box::from(m.as_str()), direct_targets(cfg, pi, m))).collect()
+        })
+        .collect()
+}
+
+fn direct_targets(cfg: &Config, pi: usize, model: &str) -> Arc<[Target]> {
+    let shared: Arc<str> = Arc::from(model);
+    connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, &shared)).collect()
+}
+
+/// [`resolve`], a listed model's targets taken from `listed` (built once per config).
+pub fn resolve_with(cfg: &Config, model: &str, listed: &Listed) -> Result<Plan, String> {
     if let Some(combo) = cfg.combos.iter().find(|c| c.name == model) {
         return Ok(combo_plan(cfg, combo));
     }
@@ -87,8 +110,10 @@ pub fn resolve(cfg: &Config, model: &str) -> Result<Plan, String> {
         },
         None => bare(cfg, model)?,
     };
-    let shared: Arc<str> = Arc::from(upstream_model);
-    let targets = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, &shared)).collect();
+    let targets = match listed.get(pi).and_then(|models| models.get(upstream_model)) {
+        Some(targets) => Arc::clone(targets),
+        None => direct_targets(cfg, pi, upstream_model),
+    };
     Ok(Plan {
         targets,
         strategy: Strategy::Priority,
@@ -111,7 +136,7 @@ fn bare<'m>(cfg: &Config, model: &'m str) -> Result<(usize, &'m str), String> {
 
 fn combo_plan(cfg: &Config, combo: &ComboConfig) -> Plan {
     let mut plan = Plan {
-        targets: Vec::new(),
+        targets: Arc::from([]),
         strategy: Strategy::parse(&combo.strategy).unwrap_or_default(),
         combo: true,
         key: combo.name.clone(),
@@ -122,19 +147,21 @@ fn combo_plan(cfg: &Config, combo: &ComboConfig) -> Plan {
             _ => None,
         },
     };
-    flatten(cfg, combo, 1, 1, &mut plan);
+    let mut targets = Vec::new();
+    flatten(cfg, combo, 1, 1, &mut plan, &mut targets);
+    plan.targets = targets.into();
     plan
 }
 
 /// Appends a combo's targets to `plan`, a nested combo's targets in its own listed order
 /// at the place it is named (validation refused cycles and nesting past the limit; the
 /// depth check here only guards the recursion).
-fn flatten(cfg: &Config, combo: &ComboConfig, depth: usize, weight: u32, plan: &mut Plan) {
+fn flatten(cfg: &Config, combo: &ComboConfig, depth: usize, weight: u32, plan: &mut Plan, targets: &mut Vec<Target>) {
     for t in &combo.targets {
         let w = weight.saturating_mul(t.weight);
         if let Some(inner) = cfg.combos.iter().find(|c| c.name == t.target) {
             if depth < MAX_COMBO_DEPTH {
-                flatten(cfg, inner, depth + 1, w, plan);
+                flatten(cfg, inner, depth + 1, w, plan, targets);
             }
             continue;
         }
@@ -144,7 +171,7 @@ fn flatten(cfg: &Config, combo: &ComboConfig, depth: usize, weight: u32, plan: &
         plan.pool.push(t.target.clone());
         let pinned = t.connection.as_deref();
         let model: Arc<str> = Arc::from(m);
-        plan.targets.extend(
+        targets.extend(
             connections_of(cfg, pi).filter(|ci| pinned.is_none_or(|pin| cfg.connections[*ci].id == pin)).map(|ci| {
                 Target {
                     provider: pi,
@@ -169,10 +196,8 @@ pub fn emergency(cfg: &Config, key: &str) -> Option<Plan> {
     let target = cfg.emergency_fallback.target.as_deref()?;
     let (p, m) = target.split_once('/')?;
     let pi = cfg.provider_position(p)?;
-    let model: Arc<str> = Arc::from(m);
-    let targets: Vec<Target> = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, &model)).collect();
     Some(Plan {
-        targets,
+        targets: direct_targets(cfg, pi, m),
         strategy: Strategy::Priority,
         combo: true,
         key: format!("{key}#emergency"),

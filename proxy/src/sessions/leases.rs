@@ -380,7 +380,7 @@ fn eligible<C: Connect + Clone + Send + Sync + 'static>(
 ) -> Result<Vec<String>, ProxyError> {
     let plan = gw.resolve(model).map_err(|_| refuse(LeaseError::NoEligibleConnection))?;
     let mut pool: Vec<usize> = Vec::new();
-    for t in &plan.targets {
+    for t in plan.targets.iter() {
         let id = &gw.config.connections[t.connection].id;
         if key.may_lease_connection(id) && !pool.contains(&t.connection) {
             pool.push(t.connection);

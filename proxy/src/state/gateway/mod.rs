@@ -133,6 +133,8 @@ pub struct Gateway<C> {
     /// Each connection's place in the engine's tables and the engine's copy of its id, by
     /// index: candidates carry both, so the core finds a connection without hashing its id.
     connection_keys: Vec<(Slot, Arc<str>)>,
+    /// Each provider's listed models with their targets, built once per config.
+    listed: Vec<std::collections::BTreeMap<Box<str>, Arc<[crate::request::resolve::Target]>>>,
     /// Each provider's daily reset zone, by index.
     daily_resets: Vec<ferroute_core::calendar::DailyReset>,
     /// M16: whether the emergency target is switched on (operators flip it at runtime).
@@ -185,6 +187,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             endpoints: Endpoints::new(&config),
             connection_strategies: Self::strategies(&config),
             connection_keys,
+            listed: crate::request::resolve::listed(&config),
             daily_resets: config.providers.iter().map(|p| p.daily_reset()).collect(),
             emergency: Arc::new(emergency),
             egress: Arc::default(),
@@ -223,6 +226,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             endpoints: Endpoints::new(&config),
             connection_strategies: Self::strategies(&config),
             connection_keys,
+            listed: crate::request::resolve::listed(&config),
             daily_resets: config.providers.iter().map(|p| p.daily_reset()).collect(),
             emergency: Arc::clone(&self.emergency),
             egress: Arc::clone(&self.egress),
@@ -424,7 +428,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
 
     /// Resolves a request's `model` (see [`crate::request::resolve::resolve`]).
     pub fn resolve(&self, model: &str) -> Result<Plan, String> {
-        crate::request::resolve::resolve(&self.config, model)
+        crate::request::resolve::resolve_with(&self.config, model, &self.listed)
     }
 
     /// M16: the emergency target as a plan of its own, when it is configured and switched on.
