@@ -313,7 +313,7 @@ impl ModelLockouts {
         if self.ends_by.is_none_or(|end| now >= end) {
             return None;
         }
-        self.remaining_of(now, provider, connection, model, family)
+        self.remaining_of(now, (provider, connection, model), family)
     }
 
     /// [`Self::remaining`] past its quick check (out of line, so that a check of many
@@ -322,9 +322,7 @@ impl ModelLockouts {
     fn remaining_of(
         &self,
         now: Instant,
-        provider: &str,
-        connection: &str,
-        model: &str,
+        (provider, connection, model): (&str, &str, &str),
         family: Option<&str>,
     ) -> Option<(Duration, Reason)> {
         let bucket = self.locks.get(connection)?;

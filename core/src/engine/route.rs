@@ -25,8 +25,8 @@ impl Engine {
         if i64::from(tried.attempts()) >= self.settings.routing.max_attempts {
             return Selection::BudgetSpent { attempts: tried.attempts() };
         }
-        if let Some(strategy) = in_turn(candidates, route) {
-            return self.select_in_turn(now, candidates.len(), |i| candidates[i], route, tried, strategy);
+        if in_turn(candidates, route).is_some() {
+            return self.select_keys_in_turn(now, candidates.len(), |i| candidates[i], route, tried);
         }
         let mut excluded = Vec::new();
         // The eligible indices and their order are kept between calls (cleared, not freed).

@@ -21,6 +21,18 @@ fn two_targets_two_keys() -> Vec<Candidate<'static>> {
     out
 }
 
+/// An attempt's outcome drawn by a property test: 0 success, 1 transport, 2 a 429, 3 a 503,
+/// else a 401 that names a bad key.
+pub(super) fn drawn_outcome(o: u8) -> AttemptOutcome<'static> {
+    match o {
+        0 => AttemptOutcome::Success,
+        1 => AttemptOutcome::Transport,
+        2 => AttemptOutcome::Upstream { status: 429, headers: &[], body: "" },
+        3 => AttemptOutcome::Upstream { status: 503, headers: &[], body: "" },
+        _ => AttemptOutcome::Upstream { status: 401, headers: &[], body: "invalid api key" },
+    }
+}
+
 fn pick(e: &mut Engine, now: Instant, c: &[Candidate<'_>], route: &Route<'_>, tried: &Tried) -> (usize, Ticket) {
     match e.select(now, c, route, tried) {
         Selection::Pick { index, ticket } => (index, ticket),
@@ -272,13 +284,7 @@ proptest! {
                     prop_assert!(e.exclusion(now, &c[index]).is_none() || e.breaker_state(now, c[index].provider) == BreakerState::HalfOpen);
                     prop_assert!(!tried.is_exhausted(c[index].connection));
                     prop_assert!(seen.insert(index), "candidate {} picked twice", index);
-                    let outcome = match o {
-                        0 => AttemptOutcome::Success,
-                        1 => AttemptOutcome::Transport,
-                        2 => AttemptOutcome::Upstream { status: 429, headers: &[], body: "" },
-                        3 => AttemptOutcome::Upstream { status: 503, headers: &[], body: "" },
-                        _ => AttemptOutcome::Upstream { status: 401, headers: &[], body: "invalid api key" },
-                    };
+                    let outcome = drawn_outcome(o);
                     let d = e.record(now, &c[index], c[index].provider, ticket, outcome, false, false, None);
                     tried.failed(index, c[index].connection, d.as_ref());
                     prop_assert!(i64::from(tried.attempts()) <= budget);

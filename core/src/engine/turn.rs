@@ -75,7 +75,10 @@ impl Engine {
     /// when it is checked (`key(i)`, `i < n`): one target, one connection strategy (priority or
     /// round robin), no `max_concurrent`, and no session. A request over a provider's thousand
     /// keys then builds and checks one key, not a thousand, while the next key in turn can
-    /// serve. The indices are those of the keys in the caller's list, as with `select`.
+    /// serve. The pick is the first key eligible and admitted by its breaker, from the first
+    /// key, or for round robin from the key after the one last picked. The indices are those
+    /// of the keys in the caller's list, as with `select`.
+    #[inline(never)]
     pub fn select_keys_in_turn<'c>(
         &mut self,
         now: Instant,
@@ -90,24 +93,8 @@ impl Engine {
         if n == 0 {
             return Selection::NoneEligible(Vec::new());
         }
-        let strategy = key(0).traits.connection_strategy;
-        self.select_in_turn(now, n, key, route, tried, strategy)
-    }
-
-    /// [`Engine::select`] over `n` candidates (`key(i)`) tried in turn by `strategy` (see
-    /// [`in_turn`]): from the first key, or for round robin from the key after the one last
-    /// picked, the first key eligible and admitted by its breaker.
-    #[inline(never)]
-    pub(super) fn select_in_turn<'c>(
-        &mut self,
-        now: Instant,
-        n: usize,
-        key: impl Fn(usize) -> Candidate<'c>,
-        route: &Route<'_>,
-        tried: &Tried,
-        strategy: Strategy,
-    ) -> Selection {
         let first = key(0);
+        let strategy = first.traits.connection_strategy;
         let provider = first.provider;
         let start = match strategy {
             Strategy::RoundRobin => *self.connection_memory.cursor(provider) % n,

@@ -119,13 +119,7 @@ proptest! {
                     prop_assert!(!tried.was_tried(index) && !tried.is_exhausted(c[index].connection));
                     let open = e.breaker_state(now, "p") == BreakerState::HalfOpen;
                     prop_assert!(open || e.exclusion(now, &c[index]).is_none(), "picked {} while excluded", index);
-                    let outcome = match o {
-                        0 => AttemptOutcome::Success,
-                        1 => AttemptOutcome::Transport,
-                        2 => AttemptOutcome::Upstream { status: 429, headers: &[], body: "" },
-                        3 => AttemptOutcome::Upstream { status: 503, headers: &[], body: "" },
-                        _ => AttemptOutcome::Upstream { status: 401, headers: &[], body: "invalid api key" },
-                    };
+                    let outcome = super::routing_tests::drawn_outcome(o);
                     let d = e.record(now, &c[index], "p", ticket, outcome, false, false, None);
                     lazy.record(now, &c[index], "p", ticket, outcome, false, false, None);
                     tried.failed(index, c[index].connection, d.as_ref());
