@@ -124,7 +124,12 @@ impl Recorder {
 
     fn open_span(&mut self, lane: String, state: &str, at: u64) {
         self.close_span(&lane, at);
-        self.spans.push(Span { lane, state: state.to_owned(), from_ms: at, to_ms: None, note: String::new() });
+        self.span(lane, state, (at, None), String::new());
+    }
+
+    /// A span of the timeline from `from_ms` until `to_ms` (open while `None`).
+    fn span(&mut self, lane: String, state: &str, (from_ms, to_ms): (u64, Option<u64>), note: String) {
+        self.spans.push(Span { lane, state: state.to_owned(), from_ms, to_ms, note });
     }
 
     fn close_span(&mut self, lane: &str, at: u64) {
@@ -168,22 +173,11 @@ impl Recorder {
                     (self.lane(format!("conn:{connection}")), "active"),
                 ] {
                     if !self.spans.iter().any(|s| s.lane == lane) {
-                        self.spans.push(Span {
-                            lane,
-                            state: state.into(),
-                            from_ms: 0,
-                            to_ms: None,
-                            note: String::new(),
-                        });
+                        self.span(lane, state, (0, None), String::new());
                     }
                 }
-                self.spans.push(Span {
-                    lane: self.lane(format!("calls:{connection}")),
-                    state: "call".into(),
-                    from_ms: at,
-                    to_ms: Some(at),
-                    note: format!("{provider}/{model} to {connection}{again}"),
-                });
+                let lane = self.lane(format!("calls:{connection}"));
+                self.span(lane, "call", (at, Some(at)), format!("{provider}/{model} to {connection}{again}"));
                 *self.targets.entry(format!("{provider}/{model}")).or_insert(0) += 1;
             }
             Observed::Pick { provider, connection, model, request } => {

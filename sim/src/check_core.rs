@@ -1,7 +1,7 @@
 //! The core's events as the checker reads them: each is logged, drawn on the timeline, kept in
 //! the gateway's view, and held to the invariants that concern it.
 
-use super::{Recorder, Span, secs};
+use super::{Recorder, secs};
 use ferroute_core::breaker::TransitionReason;
 use ferroute_core::breaker::registry::BreakerTransition;
 use ferroute_core::engine::{Event, OutcomeKind};
@@ -101,8 +101,7 @@ impl Recorder {
         }
         let lane = self.lane(format!("breaker:{}", t.provider));
         if !self.spans.iter().any(|s| s.lane == lane) {
-            let from = t.from.as_str().to_owned();
-            self.spans.push(Span { lane: lane.clone(), state: from, from_ms: 0, to_ms: None, note: String::new() });
+            self.span(lane.clone(), t.from.as_str(), (0, None), String::new());
         }
         self.open_span(lane, t.to.as_str(), at);
     }
@@ -132,13 +131,8 @@ impl Recorder {
             self.gw_violate(at, format!("the cooldown of {connection} {how}, from {prev} ms to {until} ms"));
         }
         self.view.cooling_until.insert(connection.to_owned(), until);
-        self.spans.push(Span {
-            lane: self.lane(format!("conn:{connection}")),
-            state: "cooldown".into(),
-            from_ms: at,
-            to_ms: Some(until),
-            note: String::new(),
-        });
+        let lane = self.lane(format!("conn:{connection}"));
+        self.span(lane, "cooldown", (at, Some(until)), String::new());
     }
 
     /// A connection ended in a terminal state: after an account-level cause, and never over
@@ -183,13 +177,8 @@ impl Recorder {
         let key = (provider.to_owned(), connection.to_owned(), model.to_owned());
         let slot = self.view.locked_until.entry(key).or_insert(until);
         *slot = (*slot).max(until);
-        self.spans.push(Span {
-            lane: self.lane(format!("lock:{provider}/{connection}/{model}")),
-            state: "locked".into(),
-            from_ms: at,
-            to_ms: Some(until),
-            note: String::new(),
-        });
+        let lane = self.lane(format!("lock:{provider}/{connection}/{model}"));
+        self.span(lane, "locked", (at, Some(until)), String::new());
     }
 
     /// A model lockout ended early by successes.
