@@ -25,7 +25,7 @@ impl Engine {
         if i64::from(tried.attempts()) >= self.settings.routing.max_attempts {
             return Selection::BudgetSpent { attempts: tried.attempts() };
         }
-        if in_turn(candidates, route).is_some() {
+        if in_turn(candidates, route) {
             return self.select_keys_in_turn(now, candidates.len(), |i| candidates[i], route, tried);
         }
         let mut excluded = Vec::new();
@@ -40,21 +40,12 @@ impl Engine {
         self.order_into(now, candidates, &eligible, facts, route, &mut order);
         let mut picked = None;
         for &i in &order {
-            let c = &candidates[i];
-            match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
-                Admission::Admit(ticket) | Admission::Probe(ticket) => {
-                    let place = self.conns.place(c);
-                    self.conns.state_at(place).on_selected(now);
-                    self.conns.dispatched_at(place);
-                    if route.session.is_some() {
-                        self.affinity.used(now, c.connection);
-                    }
+            match self.admit(now, (i, &candidates[i]), route) {
+                Ok(ticket) => {
                     picked = Some(Selection::Pick { index: i, ticket });
                     break;
                 }
-                Admission::Reject { retry_after } => {
-                    excluded.push(Exclusion { index: i, reason: ExclusionReason::CircuitOpen, retry_after })
-                }
+                Err(e) => excluded.push(e),
             }
         }
         self.scratch.eligible = eligible;

@@ -23,20 +23,24 @@ pub(super) struct Run<'c> {
     cooling: Duration,
 }
 
-/// The connection strategy `candidates` are tried in turn by, if they can be: one target, no
-/// session, no `max_concurrent`, and priority or round robin.
-pub(super) fn in_turn(candidates: &[Candidate<'_>], route: &Route<'_>) -> Option<Strategy> {
-    let first = candidates.first()?;
-    let strategy = first.traits.connection_strategy;
-    let alike = |c: &Candidate<'_>| {
-        c.traits.target == first.traits.target
-            && c.traits.connection_strategy == strategy
-            && c.traits.max_concurrent.is_none()
-    };
-    (route.session.is_none()
-        && matches!(strategy, Strategy::Priority | Strategy::RoundRobin)
-        && candidates.iter().all(alike))
-    .then_some(strategy)
+/// Whether a key with `traits` may be tried in turn: ordered by priority or round robin alone,
+/// not held to a `max_concurrent`. One target's keys that all may, asked without a session,
+/// are tried in turn ([`Engine::select_keys_in_turn`]).
+pub fn tried_in_turn(traits: &Traits) -> bool {
+    matches!(traits.connection_strategy, Strategy::Priority | Strategy::RoundRobin) && traits.max_concurrent.is_none()
+}
+
+/// Whether `c` is tried in turn together with `first`: both may be, for one target and one
+/// connection strategy.
+fn alike(first: &Candidate<'_>, c: &Candidate<'_>) -> bool {
+    tried_in_turn(&c.traits)
+        && c.traits.target == first.traits.target
+        && c.traits.connection_strategy == first.traits.connection_strategy
+}
+
+/// Whether `candidates` are tried in turn: no session, one target, and every key may be.
+pub(super) fn in_turn(candidates: &[Candidate<'_>], route: &Route<'_>) -> bool {
+    candidates.first().is_some_and(|first| route.session.is_none() && candidates.iter().all(|c| alike(first, c)))
 }
 
 impl Engine {
@@ -71,13 +75,14 @@ impl Engine {
         shut(reason, retry_after)
     }
 
-    /// [`Engine::select`] for `n` keys the caller knows can be tried in turn, each built only
-    /// when it is checked (`key(i)`, `i < n`): one target, one connection strategy (priority or
-    /// round robin), no `max_concurrent`, and no session. A request over a provider's thousand
-    /// keys then builds and checks one key, not a thousand, while the next key in turn can
-    /// serve. The pick is the first key eligible and admitted by its breaker, from the first
-    /// key, or for round robin from the key after the one last picked. The indices are those
-    /// of the keys in the caller's list, as with `select`.
+    /// [`Engine::select`] for `n` keys expected to be tried in turn, each built only when it is
+    /// checked (`key(i)`, `i < n`): one target, one connection strategy (priority or round
+    /// robin), no `max_concurrent` ([`tried_in_turn`]), and no session. A request over a
+    /// provider's thousand keys then builds and checks one key, not a thousand, while the next
+    /// key in turn can serve. The pick is the first key eligible and admitted by its breaker,
+    /// from the first key, or for round robin from the key after the one last picked. Should a
+    /// key checked on the way, or the route, not fit, every key is built and `select` decides,
+    /// as it would have. The indices are those of the keys in the caller's list.
     #[inline(never)]
     pub fn select_keys_in_turn<'c>(
         &mut self,
@@ -94,6 +99,9 @@ impl Engine {
             return Selection::NoneEligible(Vec::new());
         }
         let first = key(0);
+        if route.session.is_some() || !alike(&first, &first) {
+            return self.select_all(now, n, key, route, tried);
+        }
         let strategy = first.traits.connection_strategy;
         let provider = first.provider;
         let start = match strategy {
@@ -105,31 +113,63 @@ impl Engine {
         for k in 0..n {
             let i = if start + k < n { start + k } else { start + k - n };
             let c = &key(i);
-            debug_assert!(
-                route.session.is_none() && in_turn(&[first, *c], route) == Some(strategy),
-                "keys tried in turn are alike: {first:?} and {c:?}"
-            );
+            if !alike(&first, c) {
+                // Nothing has changed yet: checks read state, only an admission writes it.
+                return self.select_all(now, n, key, route, tried);
+            }
             if let Some(e) = self.shut_out(now, (i, c), route, tried, &mut run) {
                 excluded.push(e);
                 continue;
             }
-            // The breaker may still refuse: a probe slot taken by an earlier key of this request.
-            match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
-                Admission::Admit(ticket) | Admission::Probe(ticket) => {
-                    let place = self.conns.place(c);
-                    self.conns.state_at(place).on_selected(now);
-                    self.conns.dispatched_at(place);
+            match self.admit(now, (i, c), route) {
+                Ok(ticket) => {
                     if strategy == Strategy::RoundRobin {
                         *self.connection_memory.cursor(provider) = i + 1;
                     }
                     return Selection::Pick { index: i, ticket };
                 }
-                Admission::Reject { retry_after } => {
-                    excluded.push(Exclusion { index: i, reason: ExclusionReason::CircuitOpen, retry_after })
-                }
+                Err(e) => excluded.push(e),
             }
         }
         excluded.sort_by_key(|e| e.index);
         Selection::NoneEligible(excluded)
+    }
+
+    /// `select` over all `n` keys, built.
+    fn select_all<'c>(
+        &mut self,
+        now: Instant,
+        n: usize,
+        key: impl Fn(usize) -> Candidate<'c>,
+        route: &Route<'_>,
+        tried: &Tried,
+    ) -> Selection {
+        let all: Vec<Candidate<'c>> = (0..n).map(key).collect();
+        self.select(now, &all, route, tried)
+    }
+
+    /// Admits eligible candidate `i` (`c`) through its provider's breaker and marks its
+    /// connection selected and dispatched (and used by the session, if any). The breaker may
+    /// still refuse: a probe slot taken by an earlier candidate of this request.
+    pub(super) fn admit(
+        &mut self,
+        now: Instant,
+        (i, c): (usize, &Candidate<'_>),
+        route: &Route<'_>,
+    ) -> Result<Ticket, Exclusion> {
+        match self.breakers.get_or_insert(c.provider, self.derived.breaker(c.class), now).try_admit(now) {
+            Admission::Admit(ticket) | Admission::Probe(ticket) => {
+                let place = self.conns.place(c);
+                self.conns.state_at(place).on_selected(now);
+                self.conns.dispatched_at(place);
+                if route.session.is_some() {
+                    self.affinity.used(now, c.connection);
+                }
+                Ok(ticket)
+            }
+            Admission::Reject { retry_after } => {
+                Err(Exclusion { index: i, reason: ExclusionReason::CircuitOpen, retry_after })
+            }
+        }
     }
 }

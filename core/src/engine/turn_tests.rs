@@ -88,6 +88,24 @@ fn a_session_with_every_key_cooling_is_refused_naming_each_key() {
     }
 }
 
+#[test]
+fn keys_that_are_not_alike_are_all_built_and_chosen_as_select_would() {
+    let now = t0();
+    let mut c = keys(3, Strategy::RoundRobin);
+    c[2].traits.max_concurrent = Some(1);
+    let session =
+        Route { session: Some("s1"), session_ttl: Duration::from_secs(60), ..Route::new(Strategy::Priority, "t") };
+    for route in [Route::new(Strategy::Priority, "t"), session] {
+        let (mut e, mut lazy) =
+            (Engine::new(ResilienceSettings::default(), 7), Engine::new(ResilienceSettings::default(), 7));
+        for _ in 0..4 {
+            let by_select = e.select(now, &c, &route, &Tried::new());
+            let built = lazy.select_keys_in_turn(now, c.len(), |i| c[i], &route, &Tried::new());
+            assert_eq!(format!("{built:?}"), format!("{by_select:?}"));
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 

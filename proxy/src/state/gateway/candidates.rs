@@ -3,20 +3,26 @@
 use super::Gateway;
 use crate::config::{Config, ConnectionConfig, ProviderConfig};
 use crate::request::resolve::{Plan, Target};
-use ferroute_core::engine::{Candidate, Strategy, Traits};
+use ferroute_core::engine::{Candidate, Strategy, Traits, tried_in_turn};
 use hyper_util::client::legacy::connect::Connect;
 
+/// The requests connection `c` may run at once, when the M7 gate holds it to a number.
+fn gate(config: &Config, c: &ConnectionConfig) -> Option<u32> {
+    c.max_concurrent.filter(|_| config.resilience.quota_share.enabled)
+}
+
 impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
-    /// Each provider's connection strategy, and whether its keys can be tried in turn: priority or
-    /// round robin, and no key held to a `max_concurrent` (see `Engine::select_keys_in_turn`).
+    /// Each provider's connection strategy, and whether its keys can be tried in turn: every
+    /// one of them may be, as the core judges a key (`tried_in_turn`).
     pub(super) fn strategies(config: &Config) -> Vec<(Strategy, bool)> {
-        let gated = config.resilience.quota_share.enabled;
         (0..config.providers.len())
             .map(|pi| {
                 let strategy = config.providers[pi].connection_strategy();
-                let limited =
-                    config.connections_of(pi).iter().any(|&ci| config.connections[ci].max_concurrent.is_some());
-                (strategy, matches!(strategy, Strategy::Priority | Strategy::RoundRobin) && !(gated && limited))
+                let in_turn = config.connections_of(pi).iter().all(|&ci| {
+                    let max_concurrent = gate(config, &config.connections[ci]);
+                    tried_in_turn(&Traits { connection_strategy: strategy, max_concurrent, ..Traits::default() })
+                });
+                (strategy, in_turn)
             })
             .collect()
     }
@@ -49,7 +55,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                 context_window: t.context_window,
                 connection_strategy: self.connection_strategies[t.provider].0,
                 connection_weight: c.weight.unwrap_or(1),
-                max_concurrent: c.max_concurrent.filter(|_| self.config.resilience.quota_share.enabled),
+                max_concurrent: gate(&self.config, c),
                 daily_reset: self.daily_resets[t.provider],
             },
         }
