@@ -99,6 +99,15 @@ impl Default for Traits {
     }
 }
 
+impl Traits {
+    /// Whether a key with these traits may be tried in turn: ordered by priority or round
+    /// robin alone, not held to a `max_concurrent`. One target's keys that all may, asked
+    /// without a session, are tried in turn (`Engine::select_keys_in_turn`).
+    pub fn tried_in_turn(&self) -> bool {
+        matches!(self.connection_strategy, Strategy::Priority | Strategy::RoundRobin) && self.max_concurrent.is_none()
+    }
+}
+
 /// How one request routes: the strategy among its targets, the key its round-robin cursor,
 /// deck and last-known-good are kept under (a combo or model name), what strategies read of
 /// the request, and its session (M5) with the pin's TTL.

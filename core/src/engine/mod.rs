@@ -470,7 +470,6 @@ mod route;
 mod shared;
 mod slots;
 mod turn;
-pub use turn::tried_in_turn;
 mod usage;
 
 pub use candidate::Slot;

@@ -23,17 +23,10 @@ pub(super) struct Run<'c> {
     cooling: Duration,
 }
 
-/// Whether a key with `traits` may be tried in turn: ordered by priority or round robin alone,
-/// not held to a `max_concurrent`. One target's keys that all may, asked without a session,
-/// are tried in turn ([`Engine::select_keys_in_turn`]).
-pub fn tried_in_turn(traits: &Traits) -> bool {
-    matches!(traits.connection_strategy, Strategy::Priority | Strategy::RoundRobin) && traits.max_concurrent.is_none()
-}
-
 /// Whether `c` is tried in turn together with `first`: both may be, for one target and one
 /// connection strategy.
 fn alike(first: &Candidate<'_>, c: &Candidate<'_>) -> bool {
-    tried_in_turn(&c.traits)
+    c.traits.tried_in_turn()
         && c.traits.target == first.traits.target
         && c.traits.connection_strategy == first.traits.connection_strategy
 }
@@ -77,7 +70,7 @@ impl Engine {
 
     /// [`Engine::select`] for `n` keys expected to be tried in turn, each built only when it is
     /// checked (`key(i)`, `i < n`): one target, one connection strategy (priority or round
-    /// robin), no `max_concurrent` ([`tried_in_turn`]), and no session. A request over a
+    /// robin), no `max_concurrent` ([`Traits::tried_in_turn`]), and no session. A request over a
     /// provider's thousand keys then builds and checks one key, not a thousand, while the next
     /// key in turn can serve. The pick is the first key eligible and admitted by its breaker,
     /// from the first key, or for round robin from the key after the one last picked. Should a
@@ -100,7 +93,7 @@ impl Engine {
         }
         let first = key(0);
         if route.session.is_some() || !alike(&first, &first) {
-            return self.select_all(now, n, key, route, tried);
+            return self.select(now, &(0..n).map(&key).collect::<Vec<_>>(), route, tried);
         }
         let strategy = first.traits.connection_strategy;
         let provider = first.provider;
@@ -115,7 +108,7 @@ impl Engine {
             let c = &key(i);
             if !alike(&first, c) {
                 // Nothing has changed yet: checks read state, only an admission writes it.
-                return self.select_all(now, n, key, route, tried);
+                return self.select(now, &(0..n).map(&key).collect::<Vec<_>>(), route, tried);
             }
             if let Some(e) = self.shut_out(now, (i, c), route, tried, &mut run) {
                 excluded.push(e);
@@ -133,19 +126,6 @@ impl Engine {
         }
         excluded.sort_by_key(|e| e.index);
         Selection::NoneEligible(excluded)
-    }
-
-    /// `select` over all `n` keys, built.
-    fn select_all<'c>(
-        &mut self,
-        now: Instant,
-        n: usize,
-        key: impl Fn(usize) -> Candidate<'c>,
-        route: &Route<'_>,
-        tried: &Tried,
-    ) -> Selection {
-        let all: Vec<Candidate<'c>> = (0..n).map(key).collect();
-        self.select(now, &all, route, tried)
     }
 
     /// Admits eligible candidate `i` (`c`) through its provider's breaker and marks its

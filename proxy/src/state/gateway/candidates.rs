@@ -3,7 +3,7 @@
 use super::Gateway;
 use crate::config::{Config, ConnectionConfig, ProviderConfig};
 use crate::request::resolve::{Plan, Target};
-use ferroute_core::engine::{Candidate, Strategy, Traits, tried_in_turn};
+use ferroute_core::engine::{Candidate, Strategy, Traits};
 use hyper_util::client::legacy::connect::Connect;
 
 /// The requests connection `c` may run at once, when the M7 gate holds it to a number.
@@ -13,14 +13,14 @@ fn gate(config: &Config, c: &ConnectionConfig) -> Option<u32> {
 
 impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// Each provider's connection strategy, and whether its keys can be tried in turn: every
-    /// one of them may be, as the core judges a key (`tried_in_turn`).
+    /// one of them may be, as the core judges a key (`Traits::tried_in_turn`).
     pub(super) fn strategies(config: &Config) -> Vec<(Strategy, bool)> {
         (0..config.providers.len())
             .map(|pi| {
                 let strategy = config.providers[pi].connection_strategy();
                 let in_turn = config.connections_of(pi).iter().all(|&ci| {
                     let max_concurrent = gate(config, &config.connections[ci]);
-                    tried_in_turn(&Traits { connection_strategy: strategy, max_concurrent, ..Traits::default() })
+                    Traits { connection_strategy: strategy, max_concurrent, ..Traits::default() }.tried_in_turn()
                 });
                 (strategy, in_turn)
             })
