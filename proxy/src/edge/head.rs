@@ -31,6 +31,9 @@ pub struct Head {
     pub tools: usize,
     /// `background` is `true` (Responses).
     pub background: bool,
+    /// Where the value of `model` lies in the bytes read, when the object has one `model` key:
+    /// a same-format hop rewrites it there without reading the body again.
+    pub model_span: Option<std::ops::Range<usize>>,
 }
 
 /// Why a body is not a request: not JSON, or JSON but not an object.
@@ -45,7 +48,8 @@ pub enum BadBody {
 impl Head {
     /// Reads a body's head in one pass.
     pub fn parse(raw: &[u8]) -> Result<Head, BadBody> {
-        serde_json::from_slice::<Head>(raw).map_err(|e| {
+        let read = serde_json::from_slice::<Read<'_>>(raw);
+        let read = read.map_err(|e| {
             // A type error at the top level: JSON, but no object. Inside an object nothing is
             // read strictly, so an error there is the JSON's own (a number out of range, say).
             let object = raw.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
@@ -53,13 +57,25 @@ impl Head {
                 serde_json::error::Category::Data if !object => BadBody::NotAnObject,
                 _ => BadBody::Invalid(e),
             }
-        })
+        })?;
+        let mut head = read.head;
+        head.model_span = match read.model {
+            Model::One(v) => {
+                let text = v.get();
+                // The value's text is a slice of `raw`: its place is the distance between them.
+                let start = (text.as_ptr() as usize).checked_sub(raw.as_ptr() as usize);
+                start.map(|s| s..s + text.len()).filter(|r| raw.get(r.clone()) == Some(text.as_bytes()))
+            }
+            Model::None | Model::Repeated => None,
+        };
+        Ok(head)
     }
 
     /// The same fields of an already parsed object.
     pub fn of(body: &Value) -> Head {
         Head {
             model: body.get("model").cloned(),
+            model_span: None,
             messages_is_array: body.get("messages").is_some_and(Value::is_array),
             has_max_tokens: body.get("max_tokens").is_some(),
             has_input: body.get("input").is_some(),
@@ -159,19 +175,40 @@ impl<'de> Deserialize<'de> for Elements {
     }
 }
 
-impl<'de> Deserialize<'de> for Head {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Head, D::Error> {
+/// The head as read, with the text of `model` borrowed from the bytes.
+struct Read<'de> {
+    head: Head,
+    model: Model<'de>,
+}
+
+/// The top-level `model` keys seen, and the text of the value when there is one.
+enum Model<'de> {
+    None,
+    One(&'de serde_json::value::RawValue),
+    Repeated,
+}
+
+impl<'de> Deserialize<'de> for Read<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Read<'de>, D::Error> {
         struct Object;
         impl<'de> Visitor<'de> for Object {
-            type Value = Head;
+            type Value = Read<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Head, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read<'de>, A::Error> {
                 let mut h = Head::default();
+                let mut model = Model::None;
                 while let Some(field) = map.next_key::<Field>()? {
                     match field {
-                        Field::Model => h.model = Some(map.next_value()?),
+                        Field::Model => {
+                            let text: &'de serde_json::value::RawValue = map.next_value()?;
+                            h.model = Some(serde_json::from_str(text.get()).map_err(de::Error::custom)?);
+                            model = match model {
+                                Model::None => Model::One(text),
+                                _ => Model::Repeated,
+                            };
+                        }
                         Field::Messages => h.messages_is_array = map.next_value::<Elements>()?.0.is_some(),
                         Field::MaxTokens => h.has_max_tokens = map.next_value::<IgnoredAny>().map(|_| true)?,
                         Field::Input => h.has_input = map.next_value::<IgnoredAny>().map(|_| true)?,
@@ -184,7 +221,7 @@ impl<'de> Deserialize<'de> for Head {
                         }
                     }
                 }
-                Ok(h)
+                Ok(Read { head: h, model })
             }
         }
         d.deserialize_map(Object)
@@ -248,7 +285,8 @@ mod tests {
 
     /// The one-pass head agrees with the same fields read off a `serde_json::Value`.
     fn agrees(text: &str) {
-        let head = Head::parse(text.as_bytes()).expect("an object");
+        // Where `model` lies is known only from bytes (see the passthrough's tests).
+        let head = Head { model_span: None, ..Head::parse(text.as_bytes()).expect("an object") };
         let value: Value = serde_json::from_str(text).expect("json");
         let of = Head::of(&value);
         assert_eq!(format!("{head:?}"), format!("{of:?}"), "{text}");

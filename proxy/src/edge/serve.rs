@@ -43,7 +43,9 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
         _ => None,
     };
     if let Some(call) = gemini {
-        return google(&gw, req, peer, call).await;
+        // Boxed, as every path rarer than the request path is: an async fn's future is as
+        // large as its largest path, and the request path's is moved into place per request.
+        return Box::pin(google(&gw, req, peer, call)).await;
     }
     let shape = api.map_or(ErrorShape::OpenAi, exchange::error_shape);
     if let Err(e) = auth::check_peer(&gw.config, peer) {

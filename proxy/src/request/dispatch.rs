@@ -36,23 +36,27 @@ pub async fn dispatch<C: Connect + Clone + Send + Sync + 'static>(
     preps: &mut Preps,
     ask: Ask,
 ) -> Response<Body> {
-    let arrived = gw.clock.wall_now_ms();
     let request = gw.next_request();
     let ids =
         gw.telemetry.get().map(|t| t.request_ids(inbound.headers.traceparent.as_ref().and_then(|v| v.to_str().ok())));
     let combo = plan.combo;
-    // The route's key outlives the plan only where something keeps it.
+    // The route's key, and when the request came, outlive the plan only where something
+    // keeps them.
     let kept = combo || gw.recorder.is_some() || ids.is_some();
     let key = kept.then(|| plan.key.clone());
+    let arrived = if kept { gw.clock.wall_now_ms() } else { 0 };
     let mut steps = Vec::new();
     let resp = run(Arc::clone(&gw), plan, inbound, preps, ask, (request, ids), combo.then_some(&mut steps)).await;
     let status = resp.status().as_u16();
+    let Some(key) = key else { return resp };
     let now = gw.clock.wall_now_ms();
-    if combo && let Some(key) = &key {
-        gw.history.paths().add(key, Path { at: rfc3339(now), status, steps });
+    if combo {
+        gw.history.paths().add(&key, Path { at: rfc3339(now), status, steps });
     }
     let telemetry = gw.telemetry.get().zip(ids);
-    let Some(key) = key.filter(|_| gw.recorder.is_some() || telemetry.is_some()) else { return resp };
+    if gw.recorder.is_none() && telemetry.is_none() {
+        return resp;
+    }
     let record = RequestRecord {
         request,
         at_ms: arrived,
@@ -150,7 +154,7 @@ fn picked<C: Connect + Clone + Send + Sync + 'static>(
             request,
         },
     );
-    report.order.push(format!("{}/{}", provider.id, target.model));
+    report.order.push(Arc::clone(&target.name));
 }
 
 /// What the core picks for `plan` at `now`, given what this request already `tried`.
@@ -222,7 +226,7 @@ fn new_attempt<C: Connect + Clone + Send + Sync + 'static>(
 
 /// The target (`provider/model`) of the attempt in progress: the last in the report's order.
 fn last_tried(report: &Report) -> &str {
-    report.order.last().map_or("", String::as_str)
+    report.order.last().map_or("", |t| t)
 }
 
 /// Notes a step of a combo's path (`steps` is `None` for any other request, which then copies

@@ -110,6 +110,9 @@ pub struct Inbound {
     pub body: JsonBody,
     /// The client's own bytes, when `body` is what it sent.
     pub raw: Option<Bytes>,
+    /// Where the value of `raw`'s top-level `model` lies, when the head's pass saw it (set
+    /// only with `raw`, from the same bytes).
+    pub model_at: Option<std::ops::Range<usize>>,
     /// The client's own bytes when `body` is their chat translation (Responses, Gemini): sent
     /// as they are to a provider of the client's own format.
     pub native: Option<Bytes>,
@@ -147,6 +150,7 @@ impl Inbound {
             api,
             body: JsonBody::lazy(raw.clone()),
             raw: Some(raw),
+            model_at: head.model_span.clone(),
             native: None,
             url_model: None,
             stream: head.stream.as_ref().and_then(Value::as_bool).unwrap_or(false),
@@ -213,6 +217,7 @@ impl Inbound {
             tools: 0,
             body: JsonBody::parsed(Value::Null),
             raw: None,
+            model_at: None,
             native: Some(raw),
             url_model: None,
             stream,
@@ -253,6 +258,8 @@ pub struct Prepared {
     /// The body as bytes: the client's own on a same-format hop, or written straight from a
     /// plain request.
     pub raw: Option<Bytes>,
+    /// Where the value of `raw`'s `model` lies, when it is known (the client's own bytes).
+    model_at: Option<std::ops::Range<usize>>,
     /// Advisory fields dropped on the way, for the `x-ferroute-translation-dropped` header.
     pub dropped: Vec<String>,
     /// API headers to send.
@@ -278,7 +285,11 @@ impl Prepared {
         // `raw` is the client's bytes (same format), or a body written straight to bytes;
         // should its model not be found where expected, it is parsed and set the slow way.
         if let Some(raw) = &self.raw {
-            if let Some(out) = passthrough::replace_model(raw, model) {
+            let out = match &self.model_at {
+                Some(at) => passthrough::model_at(raw, at.clone(), model),
+                None => passthrough::replace_model(raw, model),
+            };
+            if let Some(out) = out {
                 return Ok(Bytes::from(out));
             }
             if self.body.is_null() {
@@ -298,6 +309,7 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
     let native = native(inb.api) == format;
     // Read only when the request is translated, or its bytes are not the body (multicall).
     let body = || inb.body.try_get().map_err(|e| Untranslatable::invalid("body", e));
+    let mut model_at = None;
     let (body, raw) = if native && inb.native.is_some() {
         // A Responses or Gemini client to a provider of its own format: its own bytes.
         (Value::Null, inb.native.clone())
@@ -305,7 +317,10 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
         return Err(u.clone());
     } else if same {
         match &inb.raw {
-            Some(raw) => (Value::Null, Some(raw.clone())),
+            Some(raw) => {
+                model_at = inb.model_at.clone();
+                (Value::Null, Some(raw.clone()))
+            }
             None => (body()?.clone(), None),
         }
     } else if let Some(bytes) = if format == Format::Anthropic && wire(inb.api) == Format::Openai {
@@ -359,7 +374,7 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
         fresh
     });
     let query = if native { inb.query.clone() } else { None };
-    Ok(Prepared { body, raw, dropped, headers, query, format, stream: inb.stream })
+    Ok(Prepared { body, raw, model_at, dropped, headers, query, format, stream: inb.stream })
 }
 
 /// A chat request in a format that is reached through chat (Responses, Gemini).

@@ -29,22 +29,28 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
     api: ClientApi,
 ) -> Response<Body> {
     let shape = exchange::error_shape(api);
-    let headers = ApiHeaders::from(req.headers());
+    // A request that carries none of the headers read below, the usual case, skips looking
+    // each of them up by name.
+    let read = carries_any(req.headers());
+    let headers = if read { ApiHeaders::from(req.headers()) } else { ApiHeaders::default() };
     // A Gemini client's query names its stream mode and maybe its key: never forwarded.
     let query = req.uri().query().filter(|_| api != ClientApi::Gemini).map(str::to_owned);
     let gemini = match api {
         ClientApi::Gemini => crate::edge::gemini::call(req.uri().path(), req.method(), true),
         _ => None,
     };
-    let session_headers = match SessionHeaders::read(req.headers(), &gw) {
+    let session_headers = match SessionHeaders::read(req.headers(), read, &gw) {
         Ok(h) => h,
         Err(e) => return e.into_response_as(shape),
     };
     // M14: a fenced request goes to its lease's connection only, or is refused here, before
     // anything is dispatched.
-    let leased = match crate::sessions::leases::fence_of(&gw, req.headers(), &client).await {
-        Ok(l) => l,
-        Err(e) => return e.into_response_as(shape),
+    let leased = match read {
+        false => None,
+        true => match Box::pin(crate::sessions::leases::fence_of(&gw, req.headers(), &client)).await {
+            Ok(l) => l,
+            Err(e) => return e.into_response_as(shape),
+        },
     };
     let raw = match read_body(
         req,
@@ -68,7 +74,8 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Err(e) => return e.into_response_as(shape),
     };
     let mut resp = match plan.multi.clone() {
-        Some(multi) => crate::request::multicall::run(gw, plan, multi, &inbound, &client).await,
+        // Boxed: a rarer path's future kept out of the request path's (see `route`).
+        Some(multi) => Box::pin(crate::request::multicall::run(gw, plan, multi, &inbound, &client)).await,
         None => dispatch(gw, plan, &inbound, &mut preps, ask).await,
     };
     if let Some(w) = warning
@@ -77,6 +84,27 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         resp.headers_mut().insert("x-ferroute-warning", v);
     }
     resp
+}
+
+/// The headers beyond HTTP's own that the request path reads: the provider APIs' own
+/// ([`ApiHeaders`]), the session's ([`SessionHeaders`]) and the lease's
+/// ([`crate::sessions::leases::fence_of`]).
+const READ: [&str; 10] = [
+    "anthropic-beta",
+    "anthropic-version",
+    "openai-beta",
+    "traceparent",
+    SESSION_TTL_HEADER,
+    ferroute_core::session::key::SESSION_HEADERS[0],
+    ferroute_core::session::key::SESSION_HEADERS[1],
+    ferroute_core::session::key::SESSION_HEADERS[2],
+    crate::sessions::leases::OWNER,
+    crate::sessions::leases::GENERATION,
+];
+
+/// Whether a request carries any of the headers in [`READ`] (one pass over its names).
+fn carries_any(h: &http::HeaderMap) -> bool {
+    h.keys().any(|n| READ.contains(&n.as_str()))
 }
 
 /// What a request says about its session (M5): the session headers and the TTL, the
@@ -94,9 +122,10 @@ static SESSION_TTL: http::HeaderName = http::HeaderName::from_static(SESSION_TTL
 impl SessionHeaders {
     fn read<C: Connect + Clone + Send + Sync + 'static>(
         h: &http::HeaderMap,
+        read: bool,
         gw: &Gateway<C>,
     ) -> Result<SessionHeaders, ProxyError> {
-        let ttl_ms = match h.get(&SESSION_TTL) {
+        let ttl_ms = match read.then(|| h.get(&SESSION_TTL)).flatten() {
             None => gw.config.resilience.session_affinity.ttl_ms.max(0) as u64,
             Some(v) => v
                 .to_str()
@@ -112,6 +141,7 @@ impl SessionHeaders {
         };
         // Read only when they can matter: with affinity off no key is taken.
         let named = match ttl_ms {
+            _ if !read => Vec::new(),
             0 => Vec::new(),
             _ => ferroute_core::session::key::SESSION_HEADERS
                 .iter()
@@ -239,4 +269,26 @@ fn inbound<C: Connect + Clone + Send + Sync + 'static>(
         .then(|| "background responses are served synchronously; the answer is in this response".to_owned());
     let inbound = Inbound::responses(&json, raw, headers, &gw.next_id(), created).map_err(untranslatable)?;
     Ok((inbound, model, warning))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_header_the_path_reads_is_in_the_list_and_others_are_not() {
+        let named =
+            [&exchange::ANTHROPIC_BETA, &exchange::ANTHROPIC_VERSION_HEADER, &exchange::OPENAI_BETA, &SESSION_TTL];
+        for name in named.iter().map(|n| n.as_str()).chain(READ) {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            h.insert(http::HeaderName::from_bytes(name.to_ascii_uppercase().as_bytes()).unwrap(), "1".parse().unwrap());
+            assert!(carries_any(&h), "{name}");
+        }
+        let mut h = http::HeaderMap::new();
+        for name in ["content-type", "authorization", "x-api-key", "x-stainless-lang", "user-agent", "x-session"] {
+            h.insert(http::HeaderName::from_static(name), HeaderValue::from_static("1"));
+        }
+        assert!(!carries_any(&h));
+    }
 }

@@ -78,7 +78,7 @@ fn member(plan_: &Plan, index: usize) -> Plan {
         targets: plan_.targets.iter().filter(|t| t.target_index == index).cloned().collect(),
         combo: false,
         key: format!("{}#{index}", plan_.key),
-        pool: plan_.pool.get(index).cloned().into_iter().collect(),
+        pool: plan_.pool.get(index).cloned().into_iter().collect::<Vec<_>>().into(),
         multi: None,
         ..plan_.clone()
     }
@@ -86,7 +86,8 @@ fn member(plan_: &Plan, index: usize) -> Plan {
 
 /// The request as an intermediate call: not streamed (in the body sent upstream too).
 fn quiet(inbound: &Inbound) -> Inbound {
-    let mut out = Inbound { stream: false, include_usage: false, raw: None, native: None, ..inbound.clone() };
+    let mut out =
+        Inbound { stream: false, include_usage: false, raw: None, model_at: None, native: None, ..inbound.clone() };
     // `run` refused a body that cannot be rewritten before any call was made.
     if let Some(body) = out.body.try_get_mut().ok().and_then(Value::as_object_mut) {
         body.insert("stream".into(), Value::Bool(false));
@@ -163,7 +164,7 @@ pub fn text_of(api: ClientApi, v: &Value) -> Option<String> {
 /// of one role are merged where Anthropic's format requires alternation). The client's bytes
 /// no longer describe it, so they are dropped.
 pub fn with_turns(inbound: &Inbound, turns: &[(&str, &str)]) -> Inbound {
-    let mut out = Inbound { raw: None, native: None, ..inbound.clone() };
+    let mut out = Inbound { raw: None, model_at: None, native: None, ..inbound.clone() };
     let anthropic = exchange::wire(inbound.api) == Format::Anthropic;
     if let Some(messages) =
         out.body.try_get_mut().ok().and_then(|b| b.get_mut("messages")).and_then(Value::as_array_mut)

@@ -31,7 +31,7 @@ pub struct Report {
     /// Targets excluded by resilience state, as `provider/model` and reason.
     pub excluded: Vec<(String, &'static str)>,
     /// The targets attempted, in order, as `provider/model`.
-    pub order: Vec<String>,
+    pub order: Vec<std::sync::Arc<str>>,
 }
 
 impl Report {
@@ -86,7 +86,7 @@ impl Report {
             .iter()
             .take(64)
             .map(|t| {
-                let (p, m) = t.split_once('/').unwrap_or((t.as_str(), ""));
+                let (p, m) = t.split_once('/').unwrap_or((t, ""));
                 serde_json::json!({"provider": p, "model": m})
             })
             .collect();

@@ -15,6 +15,8 @@ pub struct Target {
     pub connection: usize,
     /// The model sent upstream (shared by the target's connections).
     pub model: Arc<str>,
+    /// `provider/model`, as reports name the target (shared likewise).
+    pub name: Arc<str>,
     /// Position of the combo target it came from (0 for direct requests); nested combos
     /// are flattened, so this counts the leaves.
     pub target_index: usize,
@@ -29,11 +31,12 @@ pub struct Target {
 impl Target {
     /// A target of a direct request (or the emergency target): one provider's model, no
     /// declared traits.
-    fn direct(provider: usize, connection: usize, model: &Arc<str>) -> Self {
+    fn direct(provider: usize, connection: usize, (model, name): (&Arc<str>, &Arc<str>)) -> Self {
         Target {
             provider,
             connection,
             model: model.clone(),
+            name: name.clone(),
             target_index: 0,
             weight: 1,
             cost: None,
@@ -55,7 +58,7 @@ pub struct Plan {
     /// Round-robin cursor name.
     pub key: String,
     /// Targets (provider/model leaves) the combo names, connections or not.
-    pub pool: Vec<String>,
+    pub pool: Arc<[String]>,
     /// A multi-call combo: how its targets are called.
     pub multi: Option<MultiCall>,
 }
@@ -79,22 +82,36 @@ pub fn resolve(cfg: &Config, model: &str) -> Result<Plan, String> {
     resolve_with(cfg, model, &[])
 }
 
-/// A provider's listed models with their targets, by provider index: kept per config, so that
-/// a request for a listed model shares them instead of building one per connection.
-pub type Listed = [std::collections::BTreeMap<Box<str>, Arc<[Target]>>];
+/// A provider's listed models with their targets and pool, by provider index: kept per
+/// config, so that a request for a listed model shares them instead of building them.
+pub type Listed = [std::collections::BTreeMap<Box<str>, Listing>];
 
-/// The targets of every listed model of every provider (see [`Listed`]).
-pub fn listed(cfg: &Config) -> Vec<std::collections::BTreeMap<Box<str>, Arc<[Target]>>> {
+/// One listed model of a provider: its targets (one per connection) and its pool.
+#[derive(Debug, Clone)]
+pub struct Listing {
+    targets: Arc<[Target]>,
+    pool: Arc<[String]>,
+}
+
+/// Every listed model of every provider (see [`Listed`]).
+pub fn listed(cfg: &Config) -> Vec<std::collections::BTreeMap<Box<str>, Listing>> {
     (0..cfg.providers.len())
         .map(|pi| {
-            cfg.providers[pi].models.iter().map(|m| (Box::from(m.as_str()), direct_targets(cfg, pi, m))).collect()
+            let listing = |m: &str| Listing { targets: direct_targets(cfg, pi, m), pool: pool_of(cfg, pi, m) };
+            cfg.providers[pi].models.iter().map(|m| (Box::from(m.as_str()), listing(m))).collect()
         })
         .collect()
 }
 
+/// The pool of one provider's model: `provider/model`.
+fn pool_of(cfg: &Config, pi: usize, model: &str) -> Arc<[String]> {
+    Arc::from([format!("{}/{model}", cfg.providers[pi].id)])
+}
+
 fn direct_targets(cfg: &Config, pi: usize, model: &str) -> Arc<[Target]> {
     let shared: Arc<str> = Arc::from(model);
-    connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, &shared)).collect()
+    let name: Arc<str> = Arc::from(format!("{}/{model}", cfg.providers[pi].id));
+    connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, (&shared, &name))).collect()
 }
 
 /// [`resolve`], a listed model's targets taken from `listed` (built once per config).
@@ -110,18 +127,11 @@ pub fn resolve_with(cfg: &Config, model: &str, listed: &Listed) -> Result<Plan, 
         },
         None => bare(cfg, model)?,
     };
-    let targets = match listed.get(pi).and_then(|models| models.get(upstream_model)) {
-        Some(targets) => Arc::clone(targets),
-        None => direct_targets(cfg, pi, upstream_model),
+    let (targets, pool) = match listed.get(pi).and_then(|models| models.get(upstream_model)) {
+        Some(l) => (Arc::clone(&l.targets), Arc::clone(&l.pool)),
+        None => (direct_targets(cfg, pi, upstream_model), pool_of(cfg, pi, upstream_model)),
     };
-    Ok(Plan {
-        targets,
-        strategy: Strategy::Priority,
-        combo: false,
-        key: model.to_owned(),
-        pool: vec![format!("{}/{upstream_model}", cfg.providers[pi].id)],
-        multi: None,
-    })
+    Ok(Plan { targets, strategy: Strategy::Priority, combo: false, key: model.to_owned(), pool, multi: None })
 }
 
 /// A bare model (or one whose prefix is no provider's id): the first provider that lists it.
@@ -140,43 +150,53 @@ fn combo_plan(cfg: &Config, combo: &ComboConfig) -> Plan {
         strategy: Strategy::parse(&combo.strategy).unwrap_or_default(),
         combo: true,
         key: combo.name.clone(),
-        pool: Vec::new(),
+        pool: Arc::from([]),
         multi: match (combo.strategy.as_str(), &combo.judge) {
             ("fusion", Some(judge)) => Some(MultiCall::Fusion { judge: judge.clone() }),
             ("pipeline", _) => Some(MultiCall::Pipeline),
             _ => None,
         },
     };
-    let mut targets = Vec::new();
-    flatten(cfg, combo, 1, 1, &mut plan, &mut targets);
+    let (mut targets, mut pool) = (Vec::new(), Vec::new());
+    flatten(cfg, combo, 1, 1, &mut pool, &mut targets);
     plan.targets = targets.into();
+    plan.pool = pool.into();
     plan
 }
 
-/// Appends a combo's targets to `plan`, a nested combo's targets in its own listed order
+/// Appends a combo's targets to `targets` and its leaves to `pool`, a nested combo's targets in its own listed order
 /// at the place it is named (validation refused cycles and nesting past the limit; the
 /// depth check here only guards the recursion).
-fn flatten(cfg: &Config, combo: &ComboConfig, depth: usize, weight: u32, plan: &mut Plan, targets: &mut Vec<Target>) {
+fn flatten(
+    cfg: &Config,
+    combo: &ComboConfig,
+    depth: usize,
+    weight: u32,
+    pool: &mut Vec<String>,
+    targets: &mut Vec<Target>,
+) {
     for t in &combo.targets {
         let w = weight.saturating_mul(t.weight);
         if let Some(inner) = cfg.combos.iter().find(|c| c.name == t.target) {
             if depth < MAX_COMBO_DEPTH {
-                flatten(cfg, inner, depth + 1, w, plan, targets);
+                flatten(cfg, inner, depth + 1, w, pool, targets);
             }
             continue;
         }
         let Some((p, m)) = t.target.split_once('/') else { continue };
         let Some(pi) = cfg.provider_position(p) else { continue };
-        let index = plan.pool.len();
-        plan.pool.push(t.target.clone());
+        let index = pool.len();
+        pool.push(t.target.clone());
         let pinned = t.connection.as_deref();
         let model: Arc<str> = Arc::from(m);
+        let name: Arc<str> = Arc::from(t.target.as_str());
         targets.extend(
             connections_of(cfg, pi).filter(|ci| pinned.is_none_or(|pin| cfg.connections[*ci].id == pin)).map(|ci| {
                 Target {
                     provider: pi,
                     connection: ci,
                     model: model.clone(),
+                    name: name.clone(),
                     target_index: index,
                     weight: w,
                     cost: t.cost,
@@ -201,7 +221,7 @@ pub fn emergency(cfg: &Config, key: &str) -> Option<Plan> {
         strategy: Strategy::Priority,
         combo: true,
         key: format!("{key}#emergency"),
-        pool: vec![target.to_owned()],
+        pool: Arc::from([target.to_owned()]),
         multi: None,
     })
 }

@@ -204,14 +204,16 @@ async fn answered<C: Connect + Clone + Send + Sync + 'static>(
         // refreshed meanwhile) and send again on the same connection, before anything counts.
         if let Some(generation) = generation.filter(|_| resp.status() == 401 && !auth_renewed) {
             auth_renewed = true;
-            if crate::sessions::refresh::renew(&gw, conn_id, generation, clock.left(gw.clock.now())).await {
+            let left = clock.left(gw.clock.now());
+            // Boxed, as the lane's step below: rarer paths kept out of the request path's future.
+            if Box::pin(crate::sessions::refresh::renew(&gw, conn_id, generation, left)).await {
                 drop(resp);
                 resend = true;
                 continue;
             }
         }
         let Some(cfg) = usage_limit else { return Ok((resp, started)) };
-        let step = lane_step(&gw, connection, cfg, &resp, clock.left(gw.clock.now()), &mut lane).await;
+        let step = Box::pin(lane_step(&gw, connection, cfg, &resp, clock.left(gw.clock.now()), &mut lane)).await;
         let LaneStep::Retry { slow: next_slow, after } = step else { return Ok((resp, started)) };
         drop(resp);
         if !after.is_zero() {

@@ -36,10 +36,22 @@ pub fn replace_model(raw: &[u8], model: &str) -> Option<Vec<u8>> {
     if spans.is_empty() {
         return None;
     }
+    splice(raw, &spans, model)
+}
+
+/// Returns `raw` with the value at `at` (the top-level `model`'s, as the head's pass found it)
+/// replaced by `model` (a JSON string); `None` when `at` is not within `raw`.
+pub fn model_at(raw: &[u8], at: std::ops::Range<usize>, model: &str) -> Option<Vec<u8>> {
+    raw.get(at.clone())?;
+    splice(raw, &[(at.start, at.end)], model)
+}
+
+/// `raw` with each of `spans` (in order, within `raw`) replaced by `model` as a JSON string.
+fn splice(raw: &[u8], spans: &[(usize, usize)], model: &str) -> Option<Vec<u8>> {
     let encoded = serde_json::to_vec(model).ok()?;
     let mut out = Vec::with_capacity(raw.len() + encoded.len());
     let mut at = 0;
-    for (s, e) in spans {
+    for &(s, e) in spans {
         out.extend_from_slice(&raw[at..s]);
         out.extend_from_slice(&encoded);
         at = e;
@@ -107,7 +119,46 @@ fn skip_value(raw: &[u8], i: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::replace_model;
+    use super::{model_at, replace_model};
+    use crate::edge::head::Head;
+    use proptest::prelude::*;
+
+    /// The head's pass finds the value `replace_model` would replace, and rewriting it there
+    /// gives the same bytes.
+    fn at_agrees(raw: &[u8]) {
+        let head = Head::parse(raw).expect("an object");
+        let at = head.model_span.clone().expect("one model key");
+        assert_eq!(model_at(raw, at, "p/m\"x\""), replace_model(raw, "p/m\"x\""), "{}", String::from_utf8_lossy(raw));
+    }
+
+    #[test]
+    fn the_heads_span_is_where_the_model_is() {
+        at_agrees(br#"{ "z": 1.50, "model" : "combo", "messages":[{"model":"inner","x":"}\"{"}], "a": 1e3 }"#);
+        at_agrees(br#"{"model":{"a":[1,"]"]},"stream":true}"#);
+        at_agrees(b"{\"messages\":[],\n\t\"model\"\r\n:\n 12.5e1 \n}");
+        at_agrees(br#"{"model":"with \"quotes\" and \u00e9"}"#);
+        // No span where the key repeats, or is absent: the slow path decides.
+        assert_eq!(Head::parse(br#"{"model":"a","model":"b"}"#).expect("object").model_span, None);
+        assert_eq!(Head::parse(br#"{"a":"model"}"#).expect("object").model_span, None);
+        assert_eq!(model_at(b"{}", 1..9, "m"), None, "a span outside the bytes is refused");
+    }
+
+    proptest! {
+        #[test]
+        fn a_drawn_body_is_rewritten_at_its_span_as_by_a_scan(
+            before in proptest::collection::vec(("[a-z]{1,6}", "[ -~]{0,12}"), 0..4),
+            after in proptest::collection::vec(("[a-z]{1,6}", "[ -~]{0,12}"), 0..4),
+            model in "[ -~]{0,16}",
+            space in "[ \t\n]{0,2}",
+        ) {
+            let member = |(k, v): &(String, String)| format!("\"x{k}\":{space}{}", serde_json::Value::from(v.as_str()));
+            let mut members: Vec<String> = before.iter().map(member).collect();
+            members.push(format!("{space}\"model\"{space}:{space}{}{space}", serde_json::Value::from(model.as_str())));
+            members.extend(after.iter().map(member));
+            let raw = format!("{{{}}}", members.join(","));
+            at_agrees(raw.as_bytes());
+        }
+    }
 
     #[test]
     fn only_the_top_level_model_changes() {

@@ -134,7 +134,7 @@ pub struct Gateway<C> {
     /// index: candidates carry both, so the core finds a connection without hashing its id.
     connection_keys: Vec<(Slot, Arc<str>)>,
     /// Each provider's listed models with their targets, built once per config.
-    listed: Vec<std::collections::BTreeMap<Box<str>, Arc<[crate::request::resolve::Target]>>>,
+    listed: Vec<std::collections::BTreeMap<Box<str>, crate::request::resolve::Listing>>,
     /// Each provider's daily reset zone, by index.
     daily_resets: Vec<ferroute_core::calendar::DailyReset>,
     /// M16: whether the emergency target is switched on (operators flip it at runtime).
@@ -357,6 +357,10 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                 .collect();
             (events, breakers, connections, shared)
         });
+        // Most outcomes change nothing worth a word (a success on a healthy connection).
+        if events.is_empty() && shared.is_empty() {
+            return events;
+        }
         if let Some(r) = self.replicas.get()
             && !shared.is_empty()
         {
