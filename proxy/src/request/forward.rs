@@ -74,9 +74,11 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Err(e) => return e.into_response_as(shape),
     };
     let mut resp = match plan.multi.clone() {
-        // Boxed: a rarer path's future kept out of the request path's (see `route`).
+        // Both boxed: a multi-call's future is large and rare, and the dispatch's would
+        // otherwise be moved with this one's and the route's into place per request (one
+        // allocation costs less: docs/performance.md).
         Some(multi) => Box::pin(crate::request::multicall::run(gw, plan, multi, &inbound, &client)).await,
-        None => dispatch(gw, plan, &inbound, &mut preps, ask).await,
+        None => Box::pin(dispatch(gw, plan, &inbound, &mut preps, ask)).await,
     };
     if let Some(w) = warning
         && let Ok(v) = HeaderValue::from_str(&w)

@@ -36,27 +36,12 @@ pub struct Rates {
 impl Rates {
     /// Counts one answer of `status` for `provider` in `minute` (minutes since the epoch).
     pub fn add(&mut self, minute: u64, provider: &str, status: u16) {
-        let key = if self.by_provider.contains_key(provider) || self.by_provider.len() < MAX_PROVIDERS {
-            provider
-        } else {
-            "(other)"
-        };
-        if !self.by_provider.contains_key(key) {
-            self.by_provider.insert(key.to_owned(), VecDeque::new());
+        // A provider already counted: one lookup.
+        if let Some(buckets) = self.by_provider.get_mut(provider) {
+            return count(buckets, minute, status);
         }
-        let Some(buckets) = self.by_provider.get_mut(key) else { return };
-        if buckets.back().is_none_or(|b| b.minute != minute) {
-            buckets.push_back(Bucket { minute, ..Bucket::default() });
-        }
-        while buckets.len() > MINUTES {
-            buckets.pop_front();
-        }
-        if let Some(b) = buckets.back_mut() {
-            b.requests = b.requests.saturating_add(1);
-            if status >= 400 {
-                b.errors = b.errors.saturating_add(1);
-            }
-        }
+        let key = if self.by_provider.len() < MAX_PROVIDERS { provider } else { "(other)" };
+        count(self.by_provider.entry(key.to_owned()).or_default(), minute, status);
     }
 
     /// Every provider's last [`MINUTES`] minutes up to `minute`; providers with no answers in
@@ -76,6 +61,22 @@ impl Rates {
                 row
             })
             .collect()
+    }
+}
+
+/// Counts one answer of `status` in `minute`'s bucket, keeping the last [`MINUTES`].
+fn count(buckets: &mut VecDeque<Bucket>, minute: u64, status: u16) {
+    if buckets.back().is_none_or(|b| b.minute != minute) {
+        buckets.push_back(Bucket { minute, ..Bucket::default() });
+    }
+    while buckets.len() > MINUTES {
+        buckets.pop_front();
+    }
+    if let Some(b) = buckets.back_mut() {
+        b.requests = b.requests.saturating_add(1);
+        if status >= 400 {
+            b.errors = b.errors.saturating_add(1);
+        }
     }
 }
 
