@@ -60,6 +60,11 @@ impl Engine {
         }
     }
 
+    /// Whether changes wait to be taken ([`Engine::take_shared`]).
+    pub fn has_shared(&self) -> bool {
+        self.outbox.as_ref().is_some_and(|out| !out.is_empty())
+    }
+
     /// The changes collected since the last call, with their times measured from `now`. Drain
     /// the events first ([`Engine::poll_event`]): breaker transitions are collected as they
     /// leave the engine.

@@ -175,6 +175,12 @@ impl<'de> Deserialize<'de> for Elements {
     }
 }
 
+/// The contents of a JSON string with no escapes (the text of a value already read as JSON).
+fn plain_string(json: &str) -> Option<&str> {
+    let inner = json.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
+}
+
 /// The head as read, with the text of `model` borrowed from the bytes.
 struct Read<'de> {
     head: Head,
@@ -203,7 +209,10 @@ impl<'de> Deserialize<'de> for Read<'de> {
                     match field {
                         Field::Model => {
                             let text: &'de serde_json::value::RawValue = map.next_value()?;
-                            h.model = Some(serde_json::from_str(text.get()).map_err(de::Error::custom)?);
+                            h.model = Some(match plain_string(text.get()) {
+                                Some(s) => Value::String(s.to_owned()),
+                                None => serde_json::from_str(text.get()).map_err(de::Error::custom)?,
+                            });
                             model = match model {
                                 Model::None => Model::One(text),
                                 _ => Model::Repeated,

@@ -109,8 +109,8 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
         return Step::Done(out);
     }
     let (parts, body) = resp.into_parts();
-    let remaining = limits.execution_max_wait.saturating_sub(gw.clock.now().saturating_duration_since(started));
-    let bytes = match tokio::time::timeout(remaining, whole(Limited::new(body, MAX_RESPONSE_BODY))).await {
+    let deadline = crate::state::clock::deadline(started, limits.execution_max_wait);
+    let bytes = match tokio::time::timeout_at(deadline, whole(Limited::new(body, MAX_RESPONSE_BODY))).await {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => {
             return transport_failure(&mut attempt, format!("{} broke off its response: {e}", provider.id));

@@ -122,8 +122,9 @@ pub(crate) async fn attempt_once<C: Connect + Clone + Send + Sync + 'static>(
     // Another request's outcome may be recorded between this answer and its own.
     crate::state::interleave::point("upstream.before_outcome").await;
     let status = resp.status();
-    attempt.trace.answered(gw.clock.now(), status.as_u16(), resp.headers());
-    observe_response(&gw, &target, &resp, started, status.is_success().then_some(route_key));
+    let now = gw.clock.now();
+    attempt.trace.answered(now, status.as_u16(), resp.headers());
+    observe_response(&gw, &target, &resp, (started, now), status.is_success().then_some(route_key));
     let sent = Sent { started, limits, slots };
     if status.is_success() {
         succeeded(attempt, inbound, prep, resp, sent).await
@@ -276,8 +277,8 @@ async fn send<C: Connect + Clone + Send + Sync + 'static>(
             resend,
         },
     );
-    let left = clock.left(started);
-    let result = tokio::time::timeout(left, gw.client.request(req)).await;
+    let deadline = crate::state::clock::deadline(clock.first_send, clock.budget);
+    let result = tokio::time::timeout_at(deadline, gw.client.request(req)).await;
     gw.metrics.upstream_latency(&provider.id, seconds_since(started, gw.clock.now()));
     match result {
         Ok(Ok(r)) => Ok((r, started)),
@@ -362,17 +363,16 @@ async fn lane_step<C: Connect + Clone + Send + Sync + 'static, B>(
 }
 
 /// What every response teaches routing: the quota its headers report, the time to its
-/// headers, the egress IP it left from (M13), and for a success the target that served the
-/// route (lkgp).
+/// headers (sent at `started`, its head read at `now`), the egress IP it left from (M13), and
+/// for a success the target that served the route (lkgp).
 fn observe_response<C: Connect + Clone + Send + Sync + 'static, B>(
     gw: &Gateway<C>,
     target: &Target,
     resp: &Response<B>,
-    started: std::time::Instant,
+    (started, now): (std::time::Instant, std::time::Instant),
     good_for: Option<&str>,
 ) {
     let (provider, connection) = gw.parts(target);
-    let now = gw.clock.now();
     let wall = gw.clock.wall_ms(now);
     let headers = header_pairs(resp.headers());
     let cand = gw.candidate(target);

@@ -52,6 +52,13 @@ impl Clock {
     }
 }
 
+/// The instant `budget` after `from`, for `tokio::time::timeout_at` (a timeout that reads no
+/// clock: the caller already knows when its budget began). A budget past any instant is 30 years.
+pub fn deadline(from: Instant, budget: Duration) -> tokio::time::Instant {
+    let far = Duration::from_secs(30 * 365 * 86_400);
+    tokio::time::Instant::from_std(from.checked_add(budget.min(far)).unwrap_or(from))
+}
+
 /// Whole milliseconds, saturating.
 pub fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -74,6 +81,14 @@ pub fn rfc3339(unix_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deadline_is_its_budget_after_its_start_and_no_budget_overflows_it() {
+        let from = now();
+        assert_eq!(deadline(from, Duration::from_millis(1500)).into_std(), from + Duration::from_millis(1500));
+        let far = Duration::from_secs(30 * 365 * 86_400);
+        assert_eq!(deadline(from, Duration::MAX).into_std(), from + far);
+    }
 
     #[test]
     fn rfc3339_of_known_instants() {

@@ -318,12 +318,16 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
 
     /// Drains the engine's events: logs them and persists what they changed; returns them.
     pub fn settle(&self) -> Vec<Event> {
-        let now = self.clock.now();
-        let (events, breakers, connections, shared) = self.with_engine(|e| {
+        let settled = self.with_engine(|e| {
             let mut events = Vec::new();
             while let Some(ev) = e.poll_event() {
                 events.push(ev);
             }
+            // Most outcomes change nothing worth a word (a success on a healthy connection).
+            if events.is_empty() && !e.has_shared() {
+                return None;
+            }
+            let now = self.clock.now();
             let shared = e.take_shared(now);
             let mut providers = BTreeSet::new();
             let mut conns = BTreeSet::new();
@@ -355,12 +359,9 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                     (c, s)
                 })
                 .collect();
-            (events, breakers, connections, shared)
+            Some((now, events, breakers, connections, shared))
         });
-        // Most outcomes change nothing worth a word (a success on a healthy connection).
-        if events.is_empty() && shared.is_empty() {
-            return events;
-        }
+        let Some((now, events, breakers, connections, shared)) = settled else { return Vec::new() };
         if let Some(r) = self.replicas.get()
             && !shared.is_empty()
         {
