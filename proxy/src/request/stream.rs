@@ -223,10 +223,9 @@ impl<C: Connect + Clone + Send + Sync + 'static> RelayBody<C> {
         }
     }
 
-    /// One upstream data frame.
-    fn frame(&mut self, data: Bytes) {
+    /// One upstream data frame, arrived at `now`.
+    fn frame(&mut self, data: Bytes, now: std::time::Instant) {
         let Some(fin) = self.fin.as_mut() else { return };
-        let now = fin.attempt.gw.clock.now();
         let mut abort = false;
         let mut events = 0u64;
         let (watchdog, down) = (&mut self.watchdog, &mut self.down);
@@ -284,9 +283,10 @@ impl<C: Connect + Clone + Send + Sync + 'static> hyper::body::Body for RelayBody
                     this.end(StreamEnd::UpstreamBroke, last);
                 }
                 Poll::Ready(Some(Ok(frame))) => {
+                    // The shell's clock (`Clock::now`) is tokio's: one reading serves both.
                     this.last_frame = tokio::time::Instant::now();
                     if let Ok(data) = frame.into_data() {
-                        this.frame(data);
+                        this.frame(data, this.last_frame.into_std());
                     }
                 }
                 Poll::Pending => {
