@@ -59,10 +59,17 @@ impl Events {
     async fn until(&mut self, what: &str, within: Duration) -> String {
         let deadline = Instant::now() + within;
         let mut buf = vec![0u8; 64 * 1024];
+        // Where the search goes on from: only what arrived since, plus what a match may span
+        // (a stalled reader drains megabytes; searching them all again per read is quadratic).
+        let mut from = 0;
         loop {
-            if let Some(at) = self.seen.find(what) {
+            if let Some(at) = self.seen[from..].find(what).map(|at| from + at) {
                 let rest = self.seen.split_off(at + what.len());
                 return std::mem::replace(&mut self.seen, rest);
+            }
+            from = self.seen.len().saturating_sub(what.len());
+            while !self.seen.is_char_boundary(from) {
+                from -= 1;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match tokio::time::timeout(left, self.conn.read(&mut buf)).await {

@@ -117,7 +117,7 @@ pub struct Gateway<C> {
     /// The config.
     pub config: Config,
     engine: Arc<Mutex<Engine>>,
-    queues: Arc<Mutex<BTreeMap<String, QueueEntry>>>,
+    queues: Arc<Mutex<rustc_hash::FxHashMap<String, QueueEntry>>>,
     /// The store, if persistence is on.
     pub store: Option<Arc<Store>>,
     /// Metrics.
@@ -481,6 +481,8 @@ struct QueueEntry {
     key: Arc<str>,
     queue: AdmissionQueue,
     wakers: BTreeMap<u64, oneshot::Sender<()>>,
+    /// The depth its gauge was last set to (`usize::MAX`: never set).
+    published: usize,
 }
 
 mod candidates;

@@ -21,16 +21,15 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         let (rx, waiter, deadline) = {
             let mut queues = lock(&self.queues);
             // Looked up by reference: a request through an existing queue copies no key.
-            if !queues.contains_key(key) {
-                let entry = QueueEntry {
+            let entry = match queues.get_mut(key) {
+                Some(entry) => entry,
+                None => queues.entry(key.to_owned()).or_insert_with(|| QueueEntry {
                     key: Arc::from(key),
                     queue: AdmissionQueue::new(key, limits, mode),
                     wakers: BTreeMap::new(),
-                };
-                queues.insert(key.to_owned(), entry);
-            }
-            let Some(entry) = queues.get_mut(key) else {
-                return Ok(Slot { gw: Arc::clone(self), key: Arc::from(key), permit: None });
+                    // Never set: the first release makes its series (at 0), as before.
+                    published: usize::MAX,
+                }),
             };
             entry.queue.set_limits(limits);
             match entry.queue.try_enter(now) {
@@ -42,7 +41,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                 Enter::Wait { waiter, deadline } => {
                     let (tx, rx) = oneshot::channel();
                     entry.wakers.insert(waiter, tx);
-                    self.metrics.queue(key, entry.queue.queued());
+                    self.publish(key, entry);
                     (rx, waiter, deadline)
                 }
             }
@@ -67,8 +66,18 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         } else {
             map_expiry(entry.queue.expire(waiter))
         };
-        self.metrics.queue(key, entry.queue.queued());
+        self.publish(key, entry);
         result.map(|permit| Slot { gw: Arc::clone(self), key: Arc::clone(&entry.key), permit })
+    }
+
+    /// Sets queue `key`'s depth gauge, when the depth moved since it was last set (a slot
+    /// taken and given back without a wait leaves it where it was).
+    fn publish(&self, key: &str, entry: &mut QueueEntry) {
+        let queued = entry.queue.queued();
+        if queued != entry.published {
+            entry.published = queued;
+            self.metrics.queue(key, queued);
+        }
     }
 
     fn release(&self, key: &str, permit: Permit) {
@@ -79,7 +88,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             {
                 let _ = tx.send(());
             }
-            self.metrics.queue(key, entry.queue.queued());
+            self.publish(key, entry);
         }
     }
 
@@ -103,7 +112,10 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
 
     /// Queue depths by queue.
     pub fn queue_depths(&self) -> Vec<(String, usize, usize)> {
-        lock(&self.queues).iter().map(|(k, e)| (k.clone(), e.queue.queued(), e.queue.running())).collect()
+        let mut depths: Vec<_> =
+            lock(&self.queues).iter().map(|(k, e)| (k.clone(), e.queue.queued(), e.queue.running())).collect();
+        depths.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        depths
     }
 }
 
