@@ -96,22 +96,20 @@ pub struct Listing {
 /// Every listed model of every provider (see [`Listed`]).
 pub fn listed(cfg: &Config) -> Vec<std::collections::BTreeMap<Box<str>, Listing>> {
     (0..cfg.providers.len())
-        .map(|pi| {
-            let listing = |m: &str| Listing { targets: direct_targets(cfg, pi, m), pool: pool_of(cfg, pi, m) };
-            cfg.providers[pi].models.iter().map(|m| (Box::from(m.as_str()), listing(m))).collect()
-        })
+        .map(|pi| cfg.providers[pi].models.iter().map(|m| (Box::from(m.as_str()), Listing::of(cfg, pi, m))).collect())
         .collect()
 }
 
-/// The pool of one provider's model: `provider/model`.
-fn pool_of(cfg: &Config, pi: usize, model: &str) -> Arc<[String]> {
-    Arc::from([format!("{}/{model}", cfg.providers[pi].id)])
-}
-
-fn direct_targets(cfg: &Config, pi: usize, model: &str) -> Arc<[Target]> {
-    let shared: Arc<str> = Arc::from(model);
-    let name: Arc<str> = Arc::from(format!("{}/{model}", cfg.providers[pi].id));
-    connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, (&shared, &name))).collect()
+impl Listing {
+    /// Provider `pi`'s `model`: a target per connection, and the pool of its one leaf, both
+    /// named `provider/model` once.
+    fn of(cfg: &Config, pi: usize, model: &str) -> Listing {
+        let shared: Arc<str> = Arc::from(model);
+        let name = format!("{}/{model}", cfg.providers[pi].id);
+        let named: Arc<str> = Arc::from(name.as_str());
+        let targets = connections_of(cfg, pi).map(|ci| Target::direct(pi, ci, (&shared, &named))).collect();
+        Listing { targets, pool: Arc::from([name]) }
+    }
 }
 
 /// [`resolve`], a listed model's targets taken from `listed` (built once per config).
@@ -127,9 +125,9 @@ pub fn resolve_with(cfg: &Config, model: &str, listed: &Listed) -> Result<Plan, 
         },
         None => bare(cfg, model)?,
     };
-    let (targets, pool) = match listed.get(pi).and_then(|models| models.get(upstream_model)) {
-        Some(l) => (Arc::clone(&l.targets), Arc::clone(&l.pool)),
-        None => (direct_targets(cfg, pi, upstream_model), pool_of(cfg, pi, upstream_model)),
+    let Listing { targets, pool } = match listed.get(pi).and_then(|models| models.get(upstream_model)) {
+        Some(l) => l.clone(),
+        None => Listing::of(cfg, pi, upstream_model),
     };
     Ok(Plan { targets, strategy: Strategy::Priority, combo: false, key: model.to_owned(), pool, multi: None })
 }
@@ -215,13 +213,13 @@ fn connections_of(cfg: &Config, provider: usize) -> impl Iterator<Item = usize> 
 pub fn emergency(cfg: &Config, key: &str) -> Option<Plan> {
     let target = cfg.emergency_fallback.target.as_deref()?;
     let (p, m) = target.split_once('/')?;
-    let pi = cfg.provider_position(p)?;
+    let Listing { targets, pool } = Listing::of(cfg, cfg.provider_position(p)?, m);
     Some(Plan {
-        targets: direct_targets(cfg, pi, m),
+        targets,
         strategy: Strategy::Priority,
         combo: true,
         key: format!("{key}#emergency"),
-        pool: Arc::from([target.to_owned()]),
+        pool,
         multi: None,
     })
 }
