@@ -22,8 +22,8 @@ impl Engine {
         route: &Route<'_>,
         tried: &Tried,
     ) -> Selection {
-        if i64::from(tried.attempts()) >= self.settings.routing.max_attempts {
-            return Selection::BudgetSpent { attempts: tried.attempts() };
+        if let Some(spent) = self.budget_spent(tried) {
+            return spent;
         }
         if in_turn(candidates, route) {
             return self.select_keys_in_turn(now, candidates.len(), |i| candidates[i], route, tried);

@@ -85,14 +85,14 @@ impl Engine {
         route: &Route<'_>,
         tried: &Tried,
     ) -> Selection {
-        if i64::from(tried.attempts()) >= self.settings.routing.max_attempts {
-            return Selection::BudgetSpent { attempts: tried.attempts() };
+        if let Some(spent) = self.budget_spent(tried) {
+            return spent;
         }
         if n == 0 {
             return Selection::NoneEligible(Vec::new());
         }
         let first = key(0);
-        if route.session.is_some() || !alike(&first, &first) {
+        if route.session.is_some() || !first.traits.tried_in_turn() {
             return self.select(now, &(0..n).map(&key).collect::<Vec<_>>(), route, tried);
         }
         let strategy = first.traits.connection_strategy;
@@ -126,6 +126,12 @@ impl Engine {
         }
         excluded.sort_by_key(|e| e.index);
         Selection::NoneEligible(excluded)
+    }
+
+    /// The refusal of a request that has used its attempt budget (`routing.max_attempts`).
+    pub(super) fn budget_spent(&self, tried: &Tried) -> Option<Selection> {
+        (i64::from(tried.attempts()) >= self.settings.routing.max_attempts)
+            .then(|| Selection::BudgetSpent { attempts: tried.attempts() })
     }
 
     /// Admits eligible candidate `i` (`c`) through its provider's breaker and marks its
