@@ -92,8 +92,12 @@ impl Watchdog {
         Watchdog { cfg, started_at: now, samples: VecDeque::with_capacity(16), window_bytes: 0, protected: false }
     }
 
-    /// Feeds one event and evaluates.
+    /// Feeds one event and evaluates. Off, it keeps nothing (a long stream's samples would
+    /// otherwise pile up with no window to trim them).
     pub fn observe(&mut self, now: Instant, event: StreamEvent) -> Verdict {
+        if !self.cfg.enabled {
+            return Verdict::Continue;
+        }
         match event {
             StreamEvent::Text(n) if n > 0 => {
                 self.protected = false;
@@ -104,6 +108,16 @@ impl Watchdog {
             _ => {}
         }
         self.check(now)
+    }
+
+    /// Feeds one SSE event (its `event:` name, if any, and its `data:` payload): classified by
+    /// [`classify_sse`] only when the watchdog is on, so an event costs nothing when it is off
+    /// (the default).
+    pub fn observe_sse(&mut self, now: Instant, event_name: Option<&str>, data: &str) -> Verdict {
+        if !self.cfg.enabled {
+            return Verdict::Continue;
+        }
+        self.observe(now, classify_sse(event_name, data))
     }
 
     /// Evaluates without an event (the shell may call it on a timer).
@@ -308,6 +322,25 @@ mod tests {
         for s in 0..=120 {
             assert_eq!(w.observe(now + MS(s * 1000), StreamEvent::Heartbeat), Verdict::Continue);
         }
+    }
+
+    #[test]
+    fn off_it_keeps_nothing_of_a_long_stream_and_on_it_judges_sse_as_classified() {
+        let now = t0();
+        let mut c = cfg(0, 1000, 1_000);
+        c.enabled = false;
+        let mut off = Watchdog::new(c, now);
+        let chunk = r#"{"choices":[{"delta":{"content":"hello"}}]}"#;
+        for s in 0..10_000 {
+            assert_eq!(off.observe_sse(now + MS(s), None, chunk), Verdict::Continue);
+            assert_eq!(off.observe(now + MS(s), text("hello")), Verdict::Continue);
+        }
+        assert_eq!((off.samples.len(), off.window_bytes()), (0, 0));
+        c.enabled = true;
+        let mut on = Watchdog::new(c, now);
+        assert_eq!(on.observe_sse(now, None, chunk), Verdict::Continue);
+        assert_eq!(on.window_bytes(), 5);
+        assert!(matches!(on.observe_sse(now + MS(1000), Some("ping"), ""), Verdict::Abort { .. }));
     }
 
     #[test]

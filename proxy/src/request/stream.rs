@@ -10,7 +10,7 @@ use crate::translate::stream::{Event, Translate, error_event, write};
 use bytes::Bytes;
 use ferroute_core::engine::AttemptOutcome;
 use ferroute_core::sse::{MAX_EVENT_BYTES, SseEvent, SseParser};
-use ferroute_core::watchdog::{STREAM_THROUGHPUT_TOO_LOW, Verdict, Watchdog, classify_sse};
+use ferroute_core::watchdog::{STREAM_THROUGHPUT_TOO_LOW, Verdict, Watchdog};
 use http::{HeaderValue, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -235,7 +235,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> RelayBody<C> {
             if trace.wanted && ev.data.contains("usage") {
                 trace.usage_from(ev.data.as_bytes());
             }
-            if let Verdict::Abort { .. } = watchdog.observe(now, classify_sse(ev.name, ev.data)) {
+            if let Verdict::Abort { .. } = watchdog.observe_sse(now, ev.name, ev.data) {
                 abort = true;
             }
             down.event(ev);
