@@ -110,6 +110,11 @@ impl Watchdog {
         self.check(now)
     }
 
+    /// Whether it judges anything at all (`enabled`): off, a shell need not read events for it.
+    pub fn is_on(&self) -> bool {
+        self.cfg.enabled
+    }
+
     /// Feeds one SSE event (its `event:` name, if any, and its `data:` payload): classified by
     /// [`classify_sse`] only when the watchdog is on, so an event costs nothing when it is off
     /// (the default).

@@ -103,3 +103,43 @@ async fn requests_and_attempts_are_recorded_and_a_window_is_exported_without_sec
         .expect("metrics");
     assert!(m.body.contains("ferroute_recording_records_total{event=\"dropped\"} 0"), "{}", m.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_stream_counts_its_events_and_bytes() {
+    let (addr, _) = upstream(ScriptedUpstream::new().route("talk", Script::always(Behaviour::echo()))).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "[recording]\nenabled = true\n[[providers]]\nid = \"up\"\nbase_url = \"http://{addr}/v1\"\nmodels = [\"talk\"]\n\
+         [[connections]]\nid = \"k1\"\nprovider = \"up\"\napi_key = \"sk-one\"\n"
+    );
+    std::fs::write(dir.path().join("ferroute.toml"), text).expect("config");
+    let p = spawn(&["--config", "ferroute.toml"], dir.path()).await;
+    let before = proxy::state::clock::system_wall_ms();
+    let body = r#"{"model":"up/talk","stream":true,"messages":[{"role":"user","content":"two words"}]}"#;
+    let r = chaos::client::send("POST", &format!("{}/v1/chat/completions", p.base), &[], body, Duration::from_secs(30))
+        .await
+        .expect("stream");
+    assert_eq!(r.status, 200);
+    let after = proxy::state::clock::system_wall_ms() + 1;
+    // The echo streams a chunk per word, a finish, a usage chunk and `[DONE]`.
+    let events = scenarios::answer::sse_data(&r.body);
+    assert_eq!(events.len(), 5, "{}", r.body);
+    let out = dir.path().join("stream.jsonl.gz");
+    let mut timing = None;
+    for _ in 0..50 {
+        let o = export(
+            dir.path(),
+            &["--since", &before.to_string(), "--until", &after.to_string(), "-o", "stream.jsonl.gz"],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let records = proxy::recording::writer::read(&out).expect("export");
+        timing = records.iter().find_map(|r| if let Record::Attempt(a) = r { a.timing.clone() } else { None });
+        if timing.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let timing = timing.expect("the stream's attempt, with its timing");
+    assert_eq!(timing.events, 5, "{timing:?}");
+    assert_eq!(timing.bytes, r.body.len() as u64, "{timing:?}");
+}

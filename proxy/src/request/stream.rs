@@ -162,13 +162,17 @@ pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
     let (parts, upstream) = resp.into_parts();
     let gw = std::sync::Arc::clone(&fin.attempt.gw);
     let now = gw.clock.now();
+    let watchdog = Watchdog::new(gw.config.resilience.watchdog_config(), now);
+    // Events are read only for someone: the translator, the watchdog, or a wanted trace
+    // (which counts them). Otherwise the frames go through as they came.
     let parser = match to.translator {
-        Some(_) => SseParser::default().halting(),
-        None => SseParser::default(),
+        Some(_) => Some(SseParser::default().halting()),
+        None if watchdog.is_on() || fin.attempt.trace.wanted => Some(SseParser::default()),
+        None => None,
     };
     let body = RelayBody {
         upstream,
-        watchdog: Watchdog::new(gw.config.resilience.watchdog_config(), now),
+        watchdog,
         down: Downstream { api: to.api, translator: to.translator, events: Vec::new() },
         parser,
         idle: Box::pin(tokio::time::sleep(to.idle_budget)),
@@ -203,7 +207,8 @@ struct RelayBody<C: Connect + Clone + Send + Sync + 'static> {
     upstream: Incoming,
     watchdog: Watchdog,
     down: Downstream,
-    parser: SseParser,
+    /// `None` when nothing reads the upstream's events (see [`relay`]).
+    parser: Option<SseParser>,
     /// Fires at `last_frame + idle_budget` or earlier; moved on only when it fires early.
     idle: std::pin::Pin<Box<tokio::time::Sleep>>,
     idle_budget: std::time::Duration,
@@ -228,9 +233,14 @@ impl<C: Connect + Clone + Send + Sync + 'static> RelayBody<C> {
         let Some(fin) = self.fin.as_mut() else { return };
         let mut abort = false;
         let mut events = 0u64;
+        let Some(parser) = self.parser.as_mut() else {
+            // Nothing reads the trace either: it needs no timing.
+            self.out.push_back(data);
+            return;
+        };
         let (watchdog, down) = (&mut self.watchdog, &mut self.down);
         let trace = &mut fin.attempt.trace;
-        self.parser.feed(&data, |ev| {
+        parser.feed(&data, |ev| {
             events += 1;
             if trace.wanted && ev.data.contains("usage") {
                 trace.usage_from(ev.data.as_bytes());
@@ -244,7 +254,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> RelayBody<C> {
         self.out.extend(self.down.data(data));
         // Passed through, an oversized event still reaches the client byte for byte;
         // translated, it would be lost: end the stream saying so instead.
-        if self.down.translator.is_some() && self.parser.overflowed() {
+        if self.down.translator.is_some() && parser.overflowed() {
             let msg = format!("an upstream event exceeded {MAX_EVENT_BYTES} bytes and cannot be translated");
             let last = self.down.error("upstream_event_too_large", &msg);
             self.end(StreamEnd::TooLarge, last);
