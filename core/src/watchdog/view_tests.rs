@@ -222,8 +222,8 @@ fn event_text() -> impl Strategy<Value = String> {
     let flag = || prop_oneof![3 => Just("true".to_owned()), 1 => Just("false".to_owned()), 1 => any()].boxed();
     let part = move || object(vec![("text", value()), ("thought", flag()), ("functionCall", any()), ("text", value())]);
     let parts = move || prop::collection::vec(part(), 0..4).prop_map(|p| format!("[{}]", p.join(","))).boxed();
-    let candidate =
-        move || object(vec![("content", object(vec![("parts", parts()), ("role", value())])), ("index", any())]);
+    let content = move || object(vec![("parts", parts()), ("role", value()), ("parts", parts())]);
+    let candidate = move || object(vec![("content", content()), ("index", any()), ("content", content())]);
     let gemini = object(vec![
         ("candidates", prop::collection::vec(candidate(), 0..3).prop_map(|c| format!("[{}]", c.join(","))).boxed()),
         ("usageMetadata", any()),

@@ -41,6 +41,8 @@ enum Target {
     GeminiToChat,
     /// As `same`, with every request and attempt exported as spans to a local OTLP sink.
     Traced,
+    /// As `same`, with the slow-stream watchdog on (it reads every event of a stream).
+    Watched,
 }
 
 /// Send COUNT requests and exit.
@@ -93,6 +95,10 @@ async fn main() -> anyhow::Result<()> {
         Target::Traced => {
             let head = format!("[telemetry]\notlp_endpoint = \"http://{}\"\n", start_sink().await?);
             (start_gateway_with(Some(up), &data, &head).await?, "bench/")
+        }
+        Target::Watched => {
+            let head = "[resilience.throughput_watchdog]\nenabled = true\n";
+            (start_gateway_with(Some(up), &data, head).await?, "bench/")
         }
         Target::ToResponses => (start_gateway(Some(up), &data).await?, "bench-rsp/"),
         Target::ToGemini | Target::GeminiSame => (start_gateway(Some(up), &data).await?, "bench-gem/"),
