@@ -293,10 +293,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> hyper::body::Body for RelayBody
                     this.end(StreamEnd::UpstreamBroke, last);
                 }
                 Poll::Ready(Some(Ok(frame))) => {
-                    // The shell's clock (`Clock::now`) is tokio's: one reading serves both.
-                    this.last_frame = tokio::time::Instant::now();
+                    // One reading of the gateway's clock serves the silence timer and the frame.
+                    let now = crate::state::clock::now();
+                    this.last_frame = tokio::time::Instant::from_std(now);
                     if let Ok(data) = frame.into_data() {
-                        this.frame(data, this.last_frame.into_std());
+                        this.frame(data, now);
                     }
                 }
                 Poll::Pending => {
