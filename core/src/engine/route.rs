@@ -284,11 +284,7 @@ impl Engine {
     /// margin past the deadline.
     pub fn cooldown_wait(&self, reason: Reason, wait: Duration, waits: u32, waited: Duration) -> Option<Duration> {
         let cw = &self.settings.combo_cooldown_wait;
-        let waitable = matches!(
-            reason,
-            Reason::RateLimitExceeded | Reason::ServerError | Reason::ModelCapacity | Reason::Transport
-        );
-        if !cw.enabled || cw.max_wait_ms <= 0 || cw.max_attempts <= 0 || !waitable || wait.is_zero() {
+        if !cw.enabled || cw.max_wait_ms <= 0 || cw.max_attempts <= 0 || !waitable(reason) || wait.is_zero() {
             return None;
         }
         let wait = wait + Duration::from_millis(50);
@@ -355,7 +351,7 @@ impl Engine {
     /// connection cooldown or model lockout ends, and why it began, decide whether the request
     /// waits and dispatches the set again. Both the request's last failure (`last`) and that
     /// exclusion's own reason must be waitable, so a quota, auth or not-found cooldown is
-    /// never waited for. An open breaker or a provider cooldown is not waited for either: they
+    /// never waited for (of exclusions ending at the same instant, a waitable one decides). An open breaker or a provider cooldown is not waited for either: they
     /// shed load from a failing provider, and requests piling up to retry the moment it half
     /// opens would defeat them. The wait gets up to 10% (at most 1 s) of seeded jitter, so that
     /// requests waiting on one key do not all return at the same instant.
@@ -383,7 +379,9 @@ impl Engine {
                     .map_or(Reason::Unknown, |(_, r)| r),
                 _ => continue,
             };
-            if soonest.is_none_or(|(d, _)| left < d) {
+            // Of exclusions ending at one instant, a waitable one decides: the target it frees
+            // then is worth the wait, whatever else ends with it.
+            if soonest.is_none_or(|(d, r)| left < d || (left == d && waitable(reason) && !waitable(r))) {
                 soonest = Some((left, reason));
             }
         }
@@ -396,6 +394,12 @@ impl Engine {
         }
         self.cooldown_wait(reason, wait, waits, waited)
     }
+}
+
+/// Whether M8 may wait out a cooldown or lockout that began for `reason`: a transient one, never
+/// quota, auth or not-found.
+fn waitable(reason: Reason) -> bool {
+    matches!(reason, Reason::RateLimitExceeded | Reason::ServerError | Reason::ModelCapacity | Reason::Transport)
 }
 
 /// A target's identity for decks and rendezvous hashing: its provider and model.

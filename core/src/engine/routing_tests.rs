@@ -444,3 +444,31 @@ fn several_targets_on_one_provider_pin_a_session_once() {
     let pins: Vec<Event> = std::iter::from_fn(|| e.poll_event()).filter(|x| matches!(x, Event::Pin(_))).collect();
     assert_eq!(pins.len(), 1, "{pins:?}");
 }
+
+#[test]
+fn of_two_locks_ending_at_one_instant_the_waitable_one_decides_in_either_order() {
+    let now = t0();
+    let mut settings = ResilienceSettings::default();
+    settings.model_lockout.enabled = true;
+    settings.model_lockout.base_cooldown_ms = 2_000;
+    let mut e = Engine::new(settings, 1);
+    let busy = Candidate::new("p", ProviderClass::ApiKey, "k1", "busy");
+    let gone = Candidate::new("p", ProviderClass::ApiKey, "k1", "gone");
+    let route = Route::new(Strategy::Priority, "combo");
+    // One lock for a server error (waitable), one for a missing model (never waited for),
+    // both set at `now` with the same length.
+    for (c, status, body) in [(busy, 503, "overloaded"), (gone, 404, "The model gone does not exist")] {
+        let (i, t) = pick(&mut e, now, &[c], &route, &Tried::new());
+        let outcome = AttemptOutcome::Upstream { status, headers: &[], body };
+        e.record(now, &[c][i], "p", t, outcome, false, false, None);
+    }
+    let ends = |e: &Engine, c: &Candidate<'_>| e.exclusion(now, c);
+    assert_eq!(ends(&e, &busy), ends(&e, &gone), "the two locks end together");
+    assert_eq!(ends(&e, &busy).map(|x| x.0), Some(ExclusionReason::ModelLockout));
+    for set in [[busy, gone], [gone, busy]] {
+        let w = e.set_wait(now, &set, None, 0, Duration::ZERO).expect("the server error's lock is waited for");
+        assert!(w >= Duration::from_millis(2_050) && w <= Duration::from_millis(2_250), "{w:?}");
+    }
+    // The missing model alone is never waited for.
+    assert_eq!(e.set_wait(now, &[gone], None, 0, Duration::ZERO), None);
+}
