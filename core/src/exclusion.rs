@@ -108,6 +108,12 @@ pub enum Refusal {
     NoExecutable,
 }
 
+/// The soonest a timer ends one of `exclusions` (reason, time left), if a timer excludes any:
+/// the `Retry-After` of a refusal. Terminal states and zero waits are not timers that end.
+pub fn soonest_by_timer(exclusions: impl IntoIterator<Item = (ExclusionReason, Duration)>) -> Option<Duration> {
+    exclusions.into_iter().filter(|(r, d)| r.is_timer() && !d.is_zero()).map(|(_, d)| d).min()
+}
+
 /// Chooses the refusal for `exclusions` of `candidates`. Exclusions because a connection was
 /// already tried in this request (`Skipped`) do not count. `combo` marks a combo request.
 pub fn refusal(candidates: &[Candidate<'_>], exclusions: &[Exclusion], combo: bool) -> Refusal {
@@ -116,9 +122,7 @@ pub fn refusal(candidates: &[Candidate<'_>], exclusions: &[Exclusion], combo: bo
         return Refusal::NoExecutable;
     }
     let at_least_1s = |d: Option<Duration>| d.unwrap_or(Duration::ZERO).max(Duration::from_secs(1));
-    let soonest = at_least_1s(
-        relevant.iter().filter(|e| e.reason.is_timer() && !e.retry_after.is_zero()).map(|e| e.retry_after).min(),
-    );
+    let soonest = at_least_1s(soonest_by_timer(relevant.iter().map(|e| (e.reason, e.retry_after))));
     if relevant.iter().all(|e| matches!(e.reason, ExclusionReason::Terminal(_))) {
         return Refusal::AllTerminal;
     }

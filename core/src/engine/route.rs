@@ -339,21 +339,17 @@ impl Engine {
     /// The soonest any of `candidates` becomes eligible again by a timer (breaker, cooldown,
     /// lockout), if one is excluded by a timer at all: the `Retry-After` of a refusal.
     pub fn soonest_eligible(&self, now: Instant, candidates: &[Candidate<'_>]) -> Option<Duration> {
-        candidates
-            .iter()
-            .filter_map(|c| self.exclusion(now, c))
-            .filter(|(r, d)| r.is_timer() && !d.is_zero())
-            .map(|(_, d)| d)
-            .min()
+        crate::exclusion::soonest_by_timer(candidates.iter().filter_map(|c| self.exclusion(now, c)))
     }
 
     /// M8 at the end of a combo's set (nothing left to try): the soonest a candidate's
     /// connection cooldown or model lockout ends, and why it began, decide whether the request
     /// waits and dispatches the set again. Both the request's last failure (`last`) and that
     /// exclusion's own reason must be waitable, so a quota, auth or not-found cooldown is
-    /// never waited for (of exclusions ending at the same instant, a waitable one decides). An open breaker or a provider cooldown is not waited for either: they
-    /// shed load from a failing provider, and requests piling up to retry the moment it half
-    /// opens would defeat them. The wait gets up to 10% (at most 1 s) of seeded jitter, so that
+    /// never waited for (of exclusions ending at the same instant, a waitable one decides). An
+    /// open breaker or a provider cooldown is not waited for either: they shed load from a
+    /// failing provider, and requests piling up to retry the moment it half opens would defeat
+    /// them. The wait gets up to 10% (at most 1 s) of seeded jitter, so that
     /// requests waiting on one key do not all return at the same instant.
     pub fn set_wait(
         &mut self,
