@@ -107,7 +107,8 @@ pub struct Workload {
     /// chat completions, the key in `x-goog-api-key`.
     #[serde(default)]
     pub gemini: bool,
-    /// Extra request headers.
+    /// Extra request headers; one the client sends itself (`authorization`, `content-type`) is
+    /// replaced, and an empty value leaves it out.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// The user message; `{seq}` and `{client}` are replaced (default: `request {seq} from

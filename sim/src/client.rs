@@ -38,7 +38,19 @@ pub(crate) async fn request(
         .iter()
         .find_map(|name| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone()));
     for (k, v) in headers {
-        b = b.header(k, v);
+        // A header the workload names replaces the client's own (`authorization`,
+        // `content-type`), and an empty value sends none: a request without a key or of
+        // another type.
+        match (http::HeaderName::from_bytes(k.as_bytes()), b.headers_mut()) {
+            (Ok(name), Some(h)) if v.is_empty() => {
+                h.remove(name);
+            }
+            (Ok(name), Some(h)) if h.contains_key(&name) => {
+                h.remove(&name);
+                b = b.header(name, v);
+            }
+            _ => b = b.header(k, v),
+        }
     }
     let mut out = Outcome {
         client,
