@@ -76,6 +76,8 @@ pub enum Request {
         name: String,
         /// Unix ms.
         now: u64,
+        /// How long an ended lease stays readable (ms), as the gateway asks.
+        retain_ms: u64,
         /// The operation's arguments.
         args: Vec<String>,
     },
@@ -171,7 +173,7 @@ impl StoreHost {
             Request::Fields => json!({"ok": s.hash.keys().collect::<Vec<_>>()}),
             Request::Published => json!({"ok": s.published}),
             Request::Load => json!({"ok": s.hash.iter().map(|(k, v)| [k, v]).collect::<Vec<_>>()}),
-            Request::Lease { name, now, args } => match s.scripts.lease(&name, now, &args) {
+            Request::Lease { name, now, retain_ms, args } => match s.scripts.lease(&name, now, retain_ms, &args) {
                 Ok(reply) => json!({ "ok": reply }),
                 Err(e) => json!({ "err": e }),
             },
@@ -244,7 +246,8 @@ mod tests {
         ]);
         assert_eq!(s.handle(Request::Load), json!({"ok": [["b", "2"]]}));
         let lease = |name: &str, now: u64, args: &[&str]| {
-            s.handle(Request::Lease { name: name.into(), now, args: args.iter().map(|a| (*a).to_owned()).collect() })
+            let args = args.iter().map(|a| (*a).to_owned()).collect();
+            s.handle(Request::Lease { name: name.into(), now, retain_ms: 10_000, args })
         };
         let a = lease("acquire", 1_000, &["o1", "team", "m", "5000", "c0", "c1"]);
         assert_eq!(a, json!({"ok": ["lease", "1", "team", "c0", "m", "ACTIVE", "1000", "1000", "6000"]}));
@@ -253,6 +256,13 @@ mod tests {
         let c = lease("acquire", 6_000, &["o2", "team", "m", "5000", "c0"]);
         assert_eq!(c["ok"][3], "c0", "o1's lease lapsed at 6 000: {c}");
         assert_eq!(lease("lease", 6_000, &["o1", "1"])["ok"][5], "EXPIRED");
+        // The ended lease stays readable for `retain_ms` after it ended, and no longer.
+        assert_eq!(lease("lease", 15_999, &["o1", "1"])["ok"][5], "EXPIRED");
+        assert_eq!(lease("lease", 16_000, &["o1", "1"]), json!({"ok": ["none"]}));
+        // o2's lease, which lapsed at 11 000 unread, is reclaimed on this read and kept from now.
+        assert_eq!(lease("lease", 16_000, &["o2", "1"])["ok"][5], "EXPIRED");
+        assert_eq!(lease("lease", 25_999, &["o2", "1"])["ok"][5], "EXPIRED");
+        assert_eq!(lease("lease", 26_000, &["o2", "1"]), json!({"ok": ["none"]}));
         assert_eq!(lease("nope", 0, &[]), json!({"err": "unknown lease operation nope"}));
     }
 }

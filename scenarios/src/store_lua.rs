@@ -5,8 +5,10 @@
 //! logic Redis runs, and a change to a script is a change in the simulation too;
 //! `sim/tests/store_contract.rs` and `token_contract.rs` hold the two to the same answers.
 //!
-//! `PEXPIRE` is accepted and ignored: ended leases stay readable (Redis lets them lapse after a
-//! day of real time, which no simulation reaches).
+//! `PEXPIRE` sets a key's deadline as Redis does, on the clock the scripts are given (`now`, the
+//! gateway's Unix ms, which in the simulation is simulated time): a key past its deadline is gone
+//! before the next script runs, `SET` and `DEL` clear the deadline, `HSET` keeps it. So an ended
+//! lease stays readable for the `retain` the gateway asks for, and no longer.
 
 use mlua::{Function, Lua, MultiValue, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,8 +19,6 @@ const TOKENS: &str = include_str!("../../proxy/src/replicas/oauth_redis.lua");
 
 /// The key prefix the scripts are run under (each store host is its own keyspace).
 pub const PREFIX: &str = "sim";
-/// How long an ended lease stays readable, as the gateway asks Redis (ms).
-const RETAIN_MS: u64 = 24 * 3600 * 1000;
 
 #[derive(Debug, Clone)]
 enum Entry {
@@ -27,9 +27,36 @@ enum Entry {
     Set(BTreeSet<String>),
 }
 
-type Keys = Arc<Mutex<BTreeMap<String, Entry>>>;
+/// The keyspace: entries, the deadlines `PEXPIRE` set (Unix ms), and the clock of the script
+/// running now.
+#[derive(Debug, Default)]
+struct Space {
+    entries: BTreeMap<String, Entry>,
+    deadlines: BTreeMap<String, u64>,
+    now: u64,
+}
 
-fn keys(k: &Keys) -> MutexGuard<'_, BTreeMap<String, Entry>> {
+impl Space {
+    /// Sets the clock and lets every key whose deadline has come lapse, as Redis would have.
+    fn at(&mut self, now: u64) {
+        self.now = now;
+        let due: Vec<String> = self.deadlines.iter().filter(|(_, at)| **at <= now).map(|(k, _)| k.clone()).collect();
+        for k in due {
+            self.deadlines.remove(&k);
+            self.entries.remove(&k);
+        }
+    }
+
+    /// Removes a key and its deadline.
+    fn remove(&mut self, key: &str) -> bool {
+        self.deadlines.remove(key);
+        self.entries.remove(key).is_some()
+    }
+}
+
+type Keys = Arc<Mutex<Space>>;
+
+fn keys(k: &Keys) -> MutexGuard<'_, Space> {
     k.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -62,12 +89,32 @@ fn int(s: &str, what: &str) -> Result<i64, String> {
 }
 
 /// Runs one command on the keyspace.
-fn command(k: &mut BTreeMap<String, Entry>, w: &[String]) -> Result<Reply, String> {
+fn command(space: &mut Space, w: &[String]) -> Result<Reply, String> {
     let name = w.first().map(|c| c.to_ascii_uppercase()).unwrap_or_default();
     let arg =
         |i: usize| w.get(i).map(String::as_str).ok_or_else(|| format!("ERR wrong number of arguments for '{name}'"));
     let wrong = || "WRONGTYPE Operation against a key holding the wrong kind of value".to_owned();
-    Ok(match name.as_str() {
+    let now = space.now;
+    if name == "DEL" {
+        return Ok(Reply::Int(w[1..].iter().filter(|key| space.remove(key)).count() as i64));
+    }
+    if name == "PEXPIRE" {
+        let (key, ms) = (arg(1)?, int(arg(2)?, "value")?);
+        if !space.entries.contains_key(key) {
+            return Ok(Reply::Int(0));
+        }
+        if ms <= 0 {
+            space.remove(key);
+        } else {
+            space.deadlines.insert(key.to_owned(), now.saturating_add(ms.unsigned_abs()));
+        }
+        return Ok(Reply::Int(1));
+    }
+    if name == "SET" {
+        space.deadlines.remove(arg(1)?);
+    }
+    let k = &mut space.entries;
+    let out = match name.as_str() {
         "GET" => match k.get(arg(1)?) {
             None => Reply::Nil,
             Some(Entry::Str(s)) => Reply::Bulk(s.clone()),
@@ -77,7 +124,6 @@ fn command(k: &mut BTreeMap<String, Entry>, w: &[String]) -> Result<Reply, Strin
             k.insert(arg(1)?.to_owned(), Entry::Str(arg(2)?.to_owned()));
             Reply::Status("OK")
         }
-        "DEL" => Reply::Int(w[1..].iter().filter(|key| k.remove(key.as_str()).is_some()).count() as i64),
         "INCR" => {
             let key = arg(1)?;
             let n = match k.get(key) {
@@ -88,7 +134,6 @@ fn command(k: &mut BTreeMap<String, Entry>, w: &[String]) -> Result<Reply, Strin
             k.insert(key.to_owned(), Entry::Str(n.to_string()));
             Reply::Int(n)
         }
-        "PEXPIRE" => Reply::Int(i64::from(k.contains_key(arg(1)?))),
         "HGET" | "HMGET" | "HSET" | "HINCRBY" => {
             let key = arg(1)?;
             let h = match k.entry(key.to_owned()).or_insert_with(|| Entry::Hash(BTreeMap::new())) {
@@ -140,7 +185,14 @@ fn command(k: &mut BTreeMap<String, Entry>, w: &[String]) -> Result<Reply, Strin
                 "ERR unknown command '{other}' (the simulation's store answers only what Ferroute's scripts call)"
             ));
         }
-    })
+    };
+    // A key emptied away (the last field or member removed) takes its deadline with it.
+    if let Some(key) = w.get(1)
+        && !space.entries.contains_key(key)
+    {
+        space.deadlines.remove(key);
+    }
+    Ok(out)
 }
 
 /// A reply as Lua sees it (Redis's conversion: nil → false, status → `{ok = …}`).
@@ -188,6 +240,7 @@ fn from_lua(v: Value) -> Result<Vec<Option<String>>, String> {
 /// The two scripts, loaded once, over one keyspace.
 pub struct Scripts {
     lua: Lua,
+    store: Keys,
     lease: Function,
     tokens: Function,
 }
@@ -225,10 +278,11 @@ impl Scripts {
             ))
         };
         let (lease, tokens) = setup().map_err(|e| e.to_string())?;
-        Ok(Scripts { lua, lease, tokens })
+        Ok(Scripts { lua, store, lease, tokens })
     }
 
-    fn run(&self, script: &Function, argv: Vec<String>) -> Result<Vec<Option<String>>, String> {
+    fn run(&self, script: &Function, now: u64, argv: Vec<String>) -> Result<Vec<Option<String>>, String> {
+        keys(&self.store).at(now);
         let set = || -> mlua::Result<Value> {
             self.lua.globals().set("ARGV", self.lua.create_sequence_from(argv)?)?;
             script.call::<Value>(())
@@ -236,17 +290,18 @@ impl Scripts {
         from_lua(set().map_err(|e| e.to_string())?)
     }
 
-    /// Lease operation `op` at `now` (Unix ms) with its arguments, as `lease_redis.lua`.
-    pub fn lease(&self, op: &str, now: u64, args: &[String]) -> Result<Vec<Option<String>>, String> {
-        let mut argv = vec![op.to_owned(), PREFIX.to_owned(), now.to_string(), RETAIN_MS.to_string()];
+    /// Lease operation `op` at `now` (Unix ms) with its arguments, an ended lease readable for
+    /// `retain_ms`, as `lease_redis.lua`.
+    pub fn lease(&self, op: &str, now: u64, retain_ms: u64, args: &[String]) -> Result<Vec<Option<String>>, String> {
+        let mut argv = vec![op.to_owned(), PREFIX.to_owned(), now.to_string(), retain_ms.to_string()];
         argv.extend_from_slice(args);
-        self.run(&self.lease, argv)
+        self.run(&self.lease, now, argv)
     }
 
     /// Token operation `op` on `connection` at `now`, as `oauth_redis.lua`.
     pub fn tokens(&self, op: &str, now: u64, connection: &str, args: &[String]) -> Result<Vec<Option<String>>, String> {
         let mut argv = vec![op.to_owned(), PREFIX.to_owned(), now.to_string(), connection.to_owned()];
         argv.extend_from_slice(args);
-        self.run(&self.tokens, argv)
+        self.run(&self.tokens, now, argv)
     }
 }

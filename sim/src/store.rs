@@ -140,11 +140,12 @@ impl SharedStore for StoreClient {
         &self,
         op: &'static str,
         now_ms: u64,
-        _retain: Duration,
+        retain: Duration,
         args: Vec<String>,
     ) -> BoxFuture<'_, Result<LeaseReply, StoreError>> {
+        let retain_ms = u64::try_from(retain.as_millis()).unwrap_or(u64::MAX);
         Box::pin(async move {
-            let v = self.ok(&Request::Lease { name: op.to_owned(), now: now_ms, args }).await?;
+            let v = self.ok(&Request::Lease { name: op.to_owned(), now: now_ms, retain_ms, args }).await?;
             Ok(reply(&v))
         })
     }
