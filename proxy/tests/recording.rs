@@ -42,7 +42,9 @@ async fn requests_and_attempts_are_recorded_and_a_window_is_exported_without_sec
     );
     std::fs::write(dir.path().join("ferroute.toml"), text).expect("config");
     let p = spawn(&["--config", "ferroute.toml"], dir.path()).await;
-    let before = proxy::state::clock::system_wall_ms();
+    // The gateway's wall clock is its start-up anchor plus whole milliseconds since, so it can read
+    // up to 2 ms behind the system's: a record made right after this line may be stamped before it.
+    let before = proxy::state::clock::system_wall_ms().saturating_sub(1_000);
     for _ in 0..3 {
         assert_eq!(chat_at(&p.base, "up/busy").await.status, 200);
     }
@@ -114,7 +116,9 @@ async fn a_recorded_stream_counts_its_events_and_bytes() {
     );
     std::fs::write(dir.path().join("ferroute.toml"), text).expect("config");
     let p = spawn(&["--config", "ferroute.toml"], dir.path()).await;
-    let before = proxy::state::clock::system_wall_ms();
+    // The gateway's wall clock is its start-up anchor plus whole milliseconds since, so it can read
+    // up to 2 ms behind the system's: a record made right after this line may be stamped before it.
+    let before = proxy::state::clock::system_wall_ms().saturating_sub(1_000);
     let body = r#"{"model":"up/talk","stream":true,"messages":[{"role":"user","content":"two words"}]}"#;
     let r = chaos::client::send("POST", &format!("{}/v1/chat/completions", p.base), &[], body, Duration::from_secs(30))
         .await
