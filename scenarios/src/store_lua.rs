@@ -52,6 +52,20 @@ impl Space {
         self.deadlines.remove(key);
         self.entries.remove(key).is_some()
     }
+
+    /// `PEXPIRE key ms`: 1 and a deadline `ms` from now (a key at once gone when `ms` is not
+    /// positive), or 0 when there is no such key.
+    fn pexpire(&mut self, key: &str, ms: i64) -> Reply {
+        if !self.entries.contains_key(key) {
+            return Reply::Int(0);
+        }
+        if ms <= 0 {
+            self.remove(key);
+        } else {
+            self.deadlines.insert(key.to_owned(), self.now.saturating_add(ms.unsigned_abs()));
+        }
+        Reply::Int(1)
+    }
 }
 
 type Keys = Arc<Mutex<Space>>;
@@ -88,98 +102,25 @@ fn int(s: &str, what: &str) -> Result<i64, String> {
     s.parse().map_err(|_| format!("ERR {what} is not an integer or out of range"))
 }
 
-/// Runs one command on the keyspace.
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// Runs one command on the keyspace: the key-level ones (`DEL`, `PEXPIRE`) on the keyspace,
+/// the rest on one key's value by its type.
 fn command(space: &mut Space, w: &[String]) -> Result<Reply, String> {
     let name = w.first().map(|c| c.to_ascii_uppercase()).unwrap_or_default();
     let arg =
         |i: usize| w.get(i).map(String::as_str).ok_or_else(|| format!("ERR wrong number of arguments for '{name}'"));
-    let wrong = || "WRONGTYPE Operation against a key holding the wrong kind of value".to_owned();
-    let now = space.now;
-    if name == "DEL" {
-        return Ok(Reply::Int(w[1..].iter().filter(|key| space.remove(key)).count() as i64));
-    }
-    if name == "PEXPIRE" {
-        let (key, ms) = (arg(1)?, int(arg(2)?, "value")?);
-        if !space.entries.contains_key(key) {
-            return Ok(Reply::Int(0));
-        }
-        if ms <= 0 {
-            space.remove(key);
-        } else {
-            space.deadlines.insert(key.to_owned(), now.saturating_add(ms.unsigned_abs()));
-        }
-        return Ok(Reply::Int(1));
-    }
-    if name == "SET" {
-        space.deadlines.remove(arg(1)?);
-    }
-    let k = &mut space.entries;
     let out = match name.as_str() {
-        "GET" => match k.get(arg(1)?) {
-            None => Reply::Nil,
-            Some(Entry::Str(s)) => Reply::Bulk(s.clone()),
-            Some(_) => return Err(wrong()),
-        },
-        "SET" => {
-            k.insert(arg(1)?.to_owned(), Entry::Str(arg(2)?.to_owned()));
-            Reply::Status("OK")
-        }
-        "INCR" => {
-            let key = arg(1)?;
-            let n = match k.get(key) {
-                None => 1,
-                Some(Entry::Str(s)) => int(s, "value")? + 1,
-                Some(_) => return Err(wrong()),
-            };
-            k.insert(key.to_owned(), Entry::Str(n.to_string()));
-            Reply::Int(n)
-        }
-        "HGET" | "HMGET" | "HSET" | "HINCRBY" => {
-            let key = arg(1)?;
-            let h = match k.entry(key.to_owned()).or_insert_with(|| Entry::Hash(BTreeMap::new())) {
-                Entry::Hash(h) => h,
-                _ => return Err(wrong()),
-            };
-            let reply = match name.as_str() {
-                "HGET" => h.get(arg(2)?).map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
-                "HMGET" => Reply::Array(
-                    w[2..].iter().map(|f| h.get(f).map_or(Reply::Nil, |v| Reply::Bulk(v.clone()))).collect(),
-                ),
-                "HSET" => {
-                    if w.len() < 4 || !w.len().is_multiple_of(2) {
-                        return Err("ERR wrong number of arguments for 'hset' command".to_owned());
-                    }
-                    let added = w[2..].chunks(2).filter(|p| h.insert(p[0].clone(), p[1].clone()).is_none()).count();
-                    Reply::Int(added as i64)
-                }
-                _ => {
-                    let by = int(arg(3)?, "increment")?;
-                    let n = h.get(arg(2)?).map_or(Ok(0), |v| int(v, "hash value"))? + by;
-                    h.insert(arg(2)?.to_owned(), n.to_string());
-                    Reply::Int(n)
-                }
-            };
-            if matches!(k.get(key), Some(Entry::Hash(h)) if h.is_empty()) {
-                k.remove(key);
+        "DEL" => return Ok(Reply::Int(w[1..].iter().filter(|key| space.remove(key)).count() as i64)),
+        "PEXPIRE" => return Ok(space.pexpire(arg(1)?, int(arg(2)?, "value")?)),
+        "GET" | "SET" | "INCR" => {
+            if name == "SET" {
+                space.deadlines.remove(arg(1)?);
             }
-            reply
+            string(&mut space.entries, &name, &arg)?
         }
-        "SADD" | "SREM" | "SMEMBERS" => {
-            let key = arg(1)?;
-            let s = match k.entry(key.to_owned()).or_insert_with(|| Entry::Set(BTreeSet::new())) {
-                Entry::Set(s) => s,
-                _ => return Err(wrong()),
-            };
-            let reply = match name.as_str() {
-                "SADD" => Reply::Int(w[2..].iter().filter(|m| s.insert((*m).clone())).count() as i64),
-                "SREM" => Reply::Int(w[2..].iter().filter(|m| s.remove(m.as_str())).count() as i64),
-                _ => Reply::Array(s.iter().map(|m| Reply::Bulk(m.clone())).collect()),
-            };
-            if matches!(k.get(key), Some(Entry::Set(s)) if s.is_empty()) {
-                k.remove(key);
-            }
-            reply
-        }
+        "HGET" | "HMGET" | "HSET" | "HINCRBY" => hash(&mut space.entries, &name, w, &arg)?,
+        "SADD" | "SREM" | "SMEMBERS" => set(&mut space.entries, &name, w, &arg)?,
         other => {
             return Err(format!(
                 "ERR unknown command '{other}' (the simulation's store answers only what Ferroute's scripts call)"
@@ -193,6 +134,83 @@ fn command(space: &mut Space, w: &[String]) -> Result<Reply, String> {
         space.deadlines.remove(key);
     }
     Ok(out)
+}
+
+type Arg<'a> = dyn Fn(usize) -> Result<&'a str, String> + 'a;
+
+/// `GET`, `SET`, `INCR` on a string key.
+fn string<'a>(k: &mut BTreeMap<String, Entry>, name: &str, arg: &Arg<'a>) -> Result<Reply, String> {
+    Ok(match name {
+        "GET" => match k.get(arg(1)?) {
+            None => Reply::Nil,
+            Some(Entry::Str(s)) => Reply::Bulk(s.clone()),
+            Some(_) => return Err(WRONGTYPE.to_owned()),
+        },
+        "SET" => {
+            k.insert(arg(1)?.to_owned(), Entry::Str(arg(2)?.to_owned()));
+            Reply::Status("OK")
+        }
+        _ => {
+            let key = arg(1)?;
+            let n = match k.get(key) {
+                None => 1,
+                Some(Entry::Str(s)) => int(s, "value")? + 1,
+                Some(_) => return Err(WRONGTYPE.to_owned()),
+            };
+            k.insert(key.to_owned(), Entry::Str(n.to_string()));
+            Reply::Int(n)
+        }
+    })
+}
+
+/// `HGET`, `HMGET`, `HSET`, `HINCRBY` on a hash key (an emptied hash is removed, as in Redis).
+fn hash<'a>(k: &mut BTreeMap<String, Entry>, name: &str, w: &'a [String], arg: &Arg<'a>) -> Result<Reply, String> {
+    let key = arg(1)?;
+    let h = match k.entry(key.to_owned()).or_insert_with(|| Entry::Hash(BTreeMap::new())) {
+        Entry::Hash(h) => h,
+        _ => return Err(WRONGTYPE.to_owned()),
+    };
+    let reply = match name {
+        "HGET" => h.get(arg(2)?).map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
+        "HMGET" => {
+            Reply::Array(w[2..].iter().map(|f| h.get(f).map_or(Reply::Nil, |v| Reply::Bulk(v.clone()))).collect())
+        }
+        "HSET" => {
+            if w.len() < 4 || !w.len().is_multiple_of(2) {
+                return Err("ERR wrong number of arguments for 'hset' command".to_owned());
+            }
+            let added = w[2..].chunks(2).filter(|p| h.insert(p[0].clone(), p[1].clone()).is_none()).count();
+            Reply::Int(added as i64)
+        }
+        _ => {
+            let by = int(arg(3)?, "increment")?;
+            let n = h.get(arg(2)?).map_or(Ok(0), |v| int(v, "hash value"))? + by;
+            h.insert(arg(2)?.to_owned(), n.to_string());
+            Reply::Int(n)
+        }
+    };
+    if matches!(k.get(key), Some(Entry::Hash(h)) if h.is_empty()) {
+        k.remove(key);
+    }
+    Ok(reply)
+}
+
+/// `SADD`, `SREM`, `SMEMBERS` on a set key (an emptied set is removed, as in Redis).
+fn set<'a>(k: &mut BTreeMap<String, Entry>, name: &str, w: &'a [String], arg: &Arg<'a>) -> Result<Reply, String> {
+    let key = arg(1)?;
+    let s = match k.entry(key.to_owned()).or_insert_with(|| Entry::Set(BTreeSet::new())) {
+        Entry::Set(s) => s,
+        _ => return Err(WRONGTYPE.to_owned()),
+    };
+    let reply = match name {
+        "SADD" => Reply::Int(w[2..].iter().filter(|m| s.insert((*m).clone())).count() as i64),
+        "SREM" => Reply::Int(w[2..].iter().filter(|m| s.remove(m.as_str())).count() as i64),
+        _ => Reply::Array(s.iter().map(|m| Reply::Bulk(m.clone())).collect()),
+    };
+    if matches!(k.get(key), Some(Entry::Set(s)) if s.is_empty()) {
+        k.remove(key);
+    }
+    Ok(reply)
 }
 
 /// A reply as Lua sees it (Redis's conversion: nil → false, status → `{ok = …}`).

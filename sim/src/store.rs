@@ -143,7 +143,7 @@ impl SharedStore for StoreClient {
         retain: Duration,
         args: Vec<String>,
     ) -> BoxFuture<'_, Result<LeaseReply, StoreError>> {
-        let retain_ms = u64::try_from(retain.as_millis()).unwrap_or(u64::MAX);
+        let retain_ms = proxy::state::clock::ms(retain);
         Box::pin(async move {
             let v = self.ok(&Request::Lease { name: op.to_owned(), now: now_ms, retain_ms, args }).await?;
             Ok(reply(&v))

@@ -266,7 +266,7 @@ impl SharedStore for RedisStore {
         retain: Duration,
         args: Vec<String>,
     ) -> BoxFuture<'_, Result<LeaseReply, StoreError>> {
-        let retain = u64::try_from(retain.as_millis()).unwrap_or(u64::MAX).to_string();
+        let retain = crate::state::clock::ms(retain).to_string();
         Box::pin(self.invoke(&self.script, [op.to_owned(), self.prefix.clone(), now_ms.to_string(), retain], args))
     }
 
