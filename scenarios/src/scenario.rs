@@ -190,7 +190,8 @@ pub struct Fault {
     pub at_ms: u64,
     /// What.
     pub action: FaultAction,
-    /// One side.
+    /// One side; for `restart`, `"gateway"`; for `reload`, the gateway host that reloads
+    /// (`"gateway"` or one of `replicas`).
     pub a: String,
     /// The other side (empty for `restart` and `reload`).
     #[serde(default)]

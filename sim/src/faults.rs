@@ -20,16 +20,20 @@ pub(crate) fn load_config(text: &str) -> Result<Config, proxy::config::ConfigErr
     Config::from_toml_str(&text, &no_env, &[])
 }
 
-/// A `reload` fault: the gateway host reads `f.gateway` as its config file, as on SIGHUP.
+/// A `reload` fault: the gateway host `f.a` (the first replica or another) reads `f.gateway`
+/// as its config file, as on SIGHUP.
 pub(crate) fn reload(shared: &Arc<Mutex<Shared>>, f: &scenarios::scenario::Fault, t: u64) {
     let mut s = lock(shared);
-    if s.gateway.is_none() {
+    if f.a == "gateway" && s.gateway.is_none() {
         s.rec.note(t, "config reload: the gateway is not running".into());
         return;
     }
     let text = f.gateway.as_ref().map(|g| s.sign_ins.iter().fold(g.clone(), |t, (p, table)| t.replace(p, table)));
-    s.next_config = text;
-    s.reload.notify_one();
+    match text {
+        Some(text) => s.next_config.insert(f.a.clone(), text),
+        None => s.next_config.remove(&f.a),
+    };
+    s.reload.entry(f.a.clone()).or_default().notify_one();
 }
 
 /// The trace line of a reload's outcome.
@@ -85,8 +89,12 @@ pub(crate) fn check_hosts(scenario: &Scenario) -> Result<(), String> {
     }
     let clients: std::collections::BTreeSet<&str> = scenario.workload.iter().map(|w| w.client.as_str()).collect();
     for f in &scenario.faults {
+        if f.action == FaultAction::Reload && (f.a != "gateway" && !scenario.replicas.contains(&f.a) || !f.b.is_empty())
+        {
+            return Err(format!("the reload at {} ms must name a gateway replica as a and no b", f.at_ms));
+        }
         if matches!(f.action, FaultAction::Restart | FaultAction::Reload) {
-            if f.a != "gateway" || !f.b.is_empty() {
+            if f.action == FaultAction::Restart && (f.a != "gateway" || !f.b.is_empty()) {
                 return Err(format!("the {:?} at {} ms must name a = \"gateway\" and no b", f.action, f.at_ms));
             }
             if (f.action == FaultAction::Reload) != f.gateway.is_some() {
@@ -104,4 +112,30 @@ pub(crate) fn check_hosts(scenario: &Scenario) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_hosts;
+    use scenarios::scenario::Scenario;
+
+    fn with_fault(fault: &str) -> Result<(), String> {
+        let text = format!(
+            "description = \"d\"\nmechanisms = []\nduration_ms = 10\nreplicas = [\"gateway-b\"]\ngateway = \"\"\n\n[[faults]]\nat_ms = 1\n{fault}\n"
+        );
+        check_hosts(&Scenario::from_toml_str(&text, "t")?)
+    }
+
+    #[test]
+    fn a_reload_names_any_gateway_replica_and_a_restart_only_the_first() {
+        assert_eq!(with_fault("action = \"reload\"\na = \"gateway\"\ngateway = \"\""), Ok(()));
+        assert_eq!(with_fault("action = \"reload\"\na = \"gateway-b\"\ngateway = \"\""), Ok(()));
+        let unknown = with_fault("action = \"reload\"\na = \"gateway-c\"\ngateway = \"\"");
+        assert_eq!(unknown, Err("the reload at 1 ms must name a gateway replica as a and no b".into()));
+        let no_text = with_fault("action = \"reload\"\na = \"gateway-b\"");
+        assert!(no_text.as_ref().is_err_and(|e| e.contains("only a reload, names a gateway config")), "{no_text:?}");
+        assert_eq!(with_fault("action = \"restart\"\na = \"gateway\""), Ok(()));
+        let replica = with_fault("action = \"restart\"\na = \"gateway-b\"");
+        assert!(replica.as_ref().is_err_and(|e| e.contains("must name a = \"gateway\"")), "{replica:?}");
+    }
 }

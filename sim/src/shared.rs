@@ -86,12 +86,13 @@ pub(crate) struct Shared {
     pub(crate) cuts: BTreeMap<String, Vec<(u64, Option<u64>)>>,
     /// When the gateway was restarted (its open connections die with it).
     pub(crate) restarts: Vec<u64>,
-    /// The config text the next reload reads (set by a `reload` fault just before it).
-    pub(crate) next_config: Option<String>,
+    /// The config text each gateway host's next reload reads (set by a `reload` fault just
+    /// before it), by host.
+    pub(crate) next_config: BTreeMap<String, String>,
     /// The sign-ins a reloaded config text's `{oauth:ID}` placeholders stand for.
     pub(crate) sign_ins: Vec<(String, String)>,
-    /// Wakes the gateway host to reload (it must run there, on the simulated clock).
-    pub(crate) reload: Arc<tokio::sync::Notify>,
+    /// Wakes a gateway host to reload (it must run there, on the simulated clock), by host.
+    pub(crate) reload: BTreeMap<String, Arc<tokio::sync::Notify>>,
 }
 
 impl Shared {

@@ -124,9 +124,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                 let gw = build_observed(config, SimConnector, persistence, wall, proxy_seed, Some(tap))
                     .map_err(|e| e.to_string())?;
                 // A reload reads the text the `reload` fault left; no text, no reload.
-                let next = Arc::clone(&shared);
+                let (next, reader) = (Arc::clone(&shared), host.clone());
                 let loader: Loader = Box::new(move || {
-                    let text = lock(&next).next_config.take().unwrap_or_default();
+                    let text = lock(&next).next_config.remove(&reader).unwrap_or_default();
                     load_config(&text)
                 });
                 let serving = Serving::new(gw, Some(loader));
@@ -134,22 +134,23 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                     let store = Arc::new(crate::store::StoreClient::simulated(STORE_HOST, STORE_PORT));
                     proxy::replicas::follow::start_with(Arc::clone(&serving), store, host.clone());
                 }
+                // A `reload` fault wakes this task: the reload runs inside the gateway host, on its
+                // simulated clock, as a SIGHUP runs inside the process.
+                let wake = Arc::clone(lock(&shared).reload.entry(host.clone()).or_default());
+                let (reloading, noted) = (Arc::clone(&serving), Arc::clone(&shared));
+                let on = if primary { String::new() } else { format!("{host}: ") };
+                tokio::spawn(async move {
+                    loop {
+                        wake.notified().await;
+                        let line = reload_line(reloading.reload());
+                        lock(&noted).rec.note(ms(sim_now()), format!("{on}{line}"));
+                    }
+                });
                 if !primary {
                     let listener = SimListener::bind(GATEWAY_PORT).await?;
                     proxy::edge::serve::serve_live(serving, listener, std::future::pending()).await;
                     return Ok(());
                 }
-                // A `reload` fault wakes this task: the reload runs inside the gateway host, on its
-                // simulated clock, as a SIGHUP runs inside the process.
-                let wake = Arc::clone(&lock(&shared).reload);
-                let (reloading, noted) = (Arc::clone(&serving), Arc::clone(&shared));
-                tokio::spawn(async move {
-                    loop {
-                        wake.notified().await;
-                        let line = reload_line(reloading.reload());
-                        lock(&noted).rec.note(ms(sim_now()), line);
-                    }
-                });
                 if ms(e0) > 0 {
                     lock(&shared).rec.started_again(ms(e0));
                 }
