@@ -29,6 +29,9 @@ enum Command {
         /// Print the timeline.
         #[arg(long)]
         trace: bool,
+        /// Print each answer's body (its first 64 KiB), for writing `body_contains`.
+        #[arg(long)]
+        bodies: bool,
     },
     /// Run scenarios over many seeds (all of them when none is named).
     Sweep {
@@ -260,11 +263,16 @@ fn main() -> anyhow::Result<()> {
                 println!("{:<44} {:<14} {}", s.name, s.mechanisms.join(","), s.description);
             }
         }
-        Command::Run { scenario, seed, trace } => {
+        Command::Run { scenario, seed, trace, bodies } => {
             let s = find(&scenario)?;
             let r = sim::run(&s, seed);
             if trace {
                 print!("{}", report::timeline(&r));
+            }
+            if bodies {
+                for o in &r.outcomes {
+                    println!("{}#{} at {} ms: {}", o.client, o.seq, o.done_ms, o.body);
+                }
             }
             println!(
                 "{} seed {}: {} ({} responses, {:.1} s simulated in {:.2} s, log hash {:016x})",
