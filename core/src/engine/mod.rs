@@ -64,6 +64,8 @@ const EVENT_CAP: usize = 4096;
 impl Engine {
     /// An engine with validated settings and a seed for its RNG.
     pub fn new(settings: ResilienceSettings, seed: u64) -> Self {
+        let mut affinity = Affinity::new();
+        affinity.set_max_pins(usize::try_from(settings.session_affinity.max_pins).unwrap_or(1));
         Engine {
             derived: Derived::new(&settings),
             settings,
@@ -74,7 +76,7 @@ impl Engine {
             memory: Memory::default(),
             connection_memory: Memory::default(),
             usage: Usage::default(),
-            affinity: Affinity::new(),
+            affinity,
             lanes: Lanes::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             events: VecDeque::new(),
@@ -92,6 +94,7 @@ impl Engine {
     /// Replaces the settings (already validated); state is kept.
     pub fn set_settings(&mut self, settings: ResilienceSettings) {
         self.derived = Derived::new(&settings);
+        self.affinity.set_max_pins(usize::try_from(settings.session_affinity.max_pins).unwrap_or(1));
         self.settings = settings;
     }
 

@@ -64,9 +64,9 @@ struct Use {
     consecutive: u32,
 }
 
-/// Pins kept before the soonest-expiring are dropped to make room (lapsed ones first, then
-/// the soonest-expiring 1/[`MAKE_ROOM`] of them at once, so that a new pin at the cap does not
-/// cost a pass over every pin).
+/// Pins kept, by default, before the soonest-expiring are dropped to make room (lapsed ones
+/// first, then the soonest-expiring 1/[`MAKE_ROOM`] of them at once, so that a new pin at the
+/// cap does not cost a pass over every pin); `[resilience.session_affinity] max_pins` sets it.
 pub const MAX_PINS: usize = 100_000;
 /// At the cap, a pass drops lapsed pins, or else this fraction of them.
 const MAKE_ROOM: usize = 64;
@@ -74,7 +74,7 @@ const MAKE_ROOM: usize = 64;
 const EVENT_CAP: usize = 4096;
 
 /// Every pin and the connections' recent use.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Affinity {
     /// Hashed by key: a lookup costs the same among a few pins or a hundred thousand.
     pins: hashbrown::HashTable<Pin>,
@@ -85,12 +85,33 @@ pub struct Affinity {
     uses: BTreeMap<String, Use>,
     last_connection: Option<String>,
     events: VecDeque<PinEvent>,
+    /// Most pins kept.
+    max: usize,
+}
+
+impl Default for Affinity {
+    fn default() -> Self {
+        Affinity {
+            pins: hashbrown::HashTable::new(),
+            by_connection: hashbrown::HashMap::default(),
+            uses: BTreeMap::new(),
+            last_connection: None,
+            events: VecDeque::new(),
+            max: MAX_PINS,
+        }
+    }
 }
 
 impl Affinity {
-    /// No pins.
+    /// No pins; at most [`MAX_PINS`] kept.
     pub fn new() -> Self {
         Affinity::default()
+    }
+
+    /// Keeps at most `n` pins (at least one): above a lowered cap, the next new pin drops the
+    /// soonest-ending down to it.
+    pub fn set_max_pins(&mut self, n: usize) {
+        self.max = n.max(1);
     }
 
     fn push(&mut self, e: PinEvent) {
@@ -172,14 +193,16 @@ impl Affinity {
         }
     }
 
-    /// At the cap: drops lapsed pins, or else the soonest-expiring 1/[`MAKE_ROOM`], each with
-    /// an event.
+    /// At the cap: drops lapsed pins, or else the soonest-expiring 1/[`MAKE_ROOM`] (and any
+    /// above a lowered cap), each with an event.
     fn make_room(&mut self, now: Instant) {
         let mut by_end: Vec<(Instant, &str, &str)> =
             self.pins.iter().map(|p| (p.expires_at, p.session.as_str(), p.provider.as_str())).collect();
         by_end.sort_unstable();
         let lapsed = by_end.iter().take_while(|(end, _, _)| *end <= now).count();
         let n = if lapsed > 0 { lapsed } else { (by_end.len() / MAKE_ROOM).max(1) };
+        // Above a lowered cap: down to it at once, with room for the new pin.
+        let n = n.max((by_end.len() + 1).saturating_sub(self.max));
         let gone: Vec<(String, String)> =
             by_end.into_iter().take(n).map(|(_, s, p)| (s.to_owned(), p.to_owned())).collect();
         for (session, provider) in gone {
@@ -226,7 +249,7 @@ impl Affinity {
             self.push(PinEvent::Dropped { session: old.session, provider: old.provider });
         }
         let i = self.least_recently_used(pool);
-        if self.pins.len() >= MAX_PINS {
+        if self.pins.len() >= self.max {
             self.make_room(now);
         }
         let pin = Pin {
@@ -302,7 +325,7 @@ impl Affinity {
     /// Restores a persisted pin (or another replica's) with `remaining` of its TTL, replacing
     /// the session's pin on that provider.
     pub fn restore(&mut self, now: Instant, session: &str, provider: &str, connection: &str, remaining: Duration) {
-        if remaining.is_zero() || (self.pins.len() >= MAX_PINS && self.find(session, provider).is_none()) {
+        if remaining.is_zero() || (self.pins.len() >= self.max && self.find(session, provider).is_none()) {
             return;
         }
         self.put_for(now, session.to_owned(), provider.to_owned(), connection.to_owned(), remaining);
@@ -312,9 +335,9 @@ impl Affinity {
     /// [`Affinity::restore`] would one by one, without copying what it is given.
     pub fn restore_all(&mut self, now: Instant, pins: impl Iterator<Item = (String, String, String, Duration)>) {
         let most = pins.size_hint();
-        self.pins.reserve(most.1.unwrap_or(most.0).min(MAX_PINS), |p| p.hash);
+        self.pins.reserve(most.1.unwrap_or(most.0).min(self.max), |p| p.hash);
         for (session, provider, connection, remaining) in pins {
-            if remaining.is_zero() || (self.pins.len() >= MAX_PINS && self.find(&session, &provider).is_none()) {
+            if remaining.is_zero() || (self.pins.len() >= self.max && self.find(&session, &provider).is_none()) {
                 continue;
             }
             self.put_for(now, session, provider, connection, remaining);

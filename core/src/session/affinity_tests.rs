@@ -87,6 +87,32 @@ fn at_the_cap_the_soonest_expiring_pins_make_room_a_slice_at_a_time() {
 }
 
 #[test]
+fn a_lower_cap_makes_room_one_pin_at_a_time_and_restores_no_more() {
+    let now = t0();
+    let mut a = Affinity::new();
+    a.set_max_pins(3);
+    for (i, left) in [30, 10, 20].into_iter().enumerate() {
+        a.restore(now, &format!("s{i}"), "p", "k1", Duration::from_secs(left));
+    }
+    a.restore(now, "s3", "p", "k1", TTL);
+    assert_eq!(a.len(now), 3, "a restore beyond the cap is not kept");
+    a.restore(now, "s1", "p", "k2", TTL);
+    assert_eq!(a.pinned(now, "s1", "p"), Some("k2"), "one already kept is replaced");
+    a.choose(now, "new", "p", &["k3"], TTL);
+    assert_eq!(a.len(now), 3);
+    assert_eq!(a.pinned(now, "s2", "p"), None, "the soonest-ending (20 s) went, alone");
+    assert_eq!(a.pinned(now, "s0", "p"), Some("k1"));
+    let later = now + Duration::from_secs(40);
+    a.choose(later, "s2", "p", &["k3"], TTL);
+    assert_eq!(a.len(later), 3, "the lapsed pin (s0) made room");
+    a.choose(later, "y", "p", &["k3"], TTL);
+    assert_eq!((a.len(later), a.pinned(later, "s2", "p")), (3, Some("k3")), "then the soonest-ending");
+    a.set_max_pins(0);
+    a.choose(later, "x", "p", &["k3"], TTL);
+    assert_eq!(a.len(later), 1, "a cap of 0 keeps one");
+}
+
+#[test]
 fn among_many_pins_each_key_finds_its_own() {
     // Enough keys that many share the few hash bits the table compares first: a lookup must
     // still tell the keys themselves apart.

@@ -69,7 +69,7 @@ fn defaults_are_spec_defaults_and_valid() {
         (w.enabled, w.warmup_ms, w.window_ms, w.min_bytes_per_second, w.min_bytes),
         (false, 30_000, 30_000, 4, 1)
     );
-    assert_eq!(s.session_affinity.ttl_ms, 0);
+    assert_eq!((s.session_affinity.ttl_ms, s.session_affinity.max_pins), (0, 100_000));
 }
 
 #[test]
@@ -173,6 +173,16 @@ fn negative_is_called_negative_and_max_below_base_is_explained() {
         text.contains("resilience.connection_cooldown.api_key.max_cooldown_ms: 1000 is below base_cooldown_ms (5000)"),
         "{text}"
     );
+}
+
+#[test]
+fn a_pin_cap_outside_one_to_a_million_is_named() {
+    let fields = invalid_fields(ResilienceSettings::from_toml_str("[session_affinity]\nmax_pins = 0\n"));
+    assert_eq!(fields, vec!["resilience.session_affinity.max_pins"]);
+    let fields = invalid_fields(ResilienceSettings::from_toml_str("[session_affinity]\nmax_pins = 1000001\n"));
+    assert_eq!(fields, vec!["resilience.session_affinity.max_pins"]);
+    let s = ResilienceSettings::from_toml_str("[session_affinity]\nttl_ms = 1000\nmax_pins = 3\n").expect("valid");
+    assert_eq!(s.session_affinity.max_pins, 3);
 }
 
 #[test]

@@ -128,11 +128,20 @@ impl Default for WatchdogSettings {
 }
 
 /// M5: session affinity.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SessionAffinitySettings {
     /// Pin lifetime (0 = off; ≤ 30 days).
     pub ttl_ms: i64,
+    /// Most pins kept (1 – 1 000 000); at the cap, lapsed pins go first, then the
+    /// soonest-ending.
+    pub max_pins: i64,
+}
+
+impl Default for SessionAffinitySettings {
+    fn default() -> Self {
+        SessionAffinitySettings { ttl_ms: 0, max_pins: crate::session::affinity::MAX_PINS as i64 }
+    }
 }
 
 /// M12: an operator-declared provider error rule (bypasses both allowlists).

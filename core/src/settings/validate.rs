@@ -125,6 +125,7 @@ pub(super) fn check(s: &ResilienceSettings, prefix: &str) -> Vec<FieldError> {
     c.range("throughput_watchdog.min_bytes", w.min_bytes, 1, 1_000_000);
 
     c.range("session_affinity.ttl_ms", s.session_affinity.ttl_ms, 0, 30 * DAY_MS);
+    c.range("session_affinity.max_pins", s.session_affinity.max_pins, 1, 1_000_000);
 
     if s.error_rules.len() > 50 {
         c.err("error_rules", format!("at most 50 rules, got {}", s.error_rules.len()));
