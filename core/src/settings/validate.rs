@@ -127,10 +127,16 @@ pub(super) fn check(s: &ResilienceSettings, prefix: &str) -> Vec<FieldError> {
     c.range("session_affinity.ttl_ms", s.session_affinity.ttl_ms, 0, 30 * DAY_MS);
     c.range("session_affinity.max_pins", s.session_affinity.max_pins, 1, 1_000_000);
 
-    if s.error_rules.len() > 50 {
-        c.err("error_rules", format!("at most 50 rules, got {}", s.error_rules.len()));
+    error_rules(&mut c, &s.error_rules);
+    c.errors
+}
+
+/// M12: the operators' error rules, each named by its place.
+fn error_rules(c: &mut Checker, rules: &[super::OperatorErrorRule]) {
+    if rules.len() > 50 {
+        c.err("error_rules", format!("at most 50 rules, got {}", rules.len()));
     }
-    for (i, r) in s.error_rules.iter().enumerate() {
+    for (i, r) in rules.iter().enumerate() {
         let p = format!("error_rules[{i}]");
         if r.provider.trim().is_empty() {
             c.err(&format!("{p}.provider"), "must not be empty".to_owned());
@@ -145,5 +151,4 @@ pub(super) fn check(s: &ResilienceSettings, prefix: &str) -> Vec<FieldError> {
             c.range(&format!("{p}.cooldown_ms"), i64::try_from(ms).unwrap_or(i64::MAX), 0, 30 * DAY_MS);
         }
     }
-    c.errors
 }
