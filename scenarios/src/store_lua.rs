@@ -127,11 +127,18 @@ fn command(space: &mut Space, w: &[String]) -> Result<Reply, String> {
             ));
         }
     };
-    // A key emptied away (the last field or member removed) takes its deadline with it.
-    if let Some(key) = w.get(1)
-        && !space.entries.contains_key(key)
-    {
-        space.deadlines.remove(key);
+    // A hash or set emptied (its last field or member removed) is gone, as in Redis, and takes
+    // its deadline with it.
+    if let Some(key) = w.get(1) {
+        let emptied = match space.entries.get(key) {
+            Some(Entry::Hash(h)) => h.is_empty(),
+            Some(Entry::Set(s)) => s.is_empty(),
+            Some(Entry::Str(_)) => false,
+            None => true,
+        };
+        if emptied {
+            space.remove(key);
+        }
     }
     Ok(out)
 }
@@ -163,7 +170,7 @@ fn string<'a>(k: &mut BTreeMap<String, Entry>, name: &str, arg: &Arg<'a>) -> Res
     })
 }
 
-/// `HGET`, `HMGET`, `HSET`, `HINCRBY` on a hash key (an emptied hash is removed, as in Redis).
+/// `HGET`, `HMGET`, `HSET`, `HINCRBY` on a hash key.
 fn hash<'a>(k: &mut BTreeMap<String, Entry>, name: &str, w: &'a [String], arg: &Arg<'a>) -> Result<Reply, String> {
     let key = arg(1)?;
     let h = match k.entry(key.to_owned()).or_insert_with(|| Entry::Hash(BTreeMap::new())) {
@@ -189,13 +196,10 @@ fn hash<'a>(k: &mut BTreeMap<String, Entry>, name: &str, w: &'a [String], arg: &
             Reply::Int(n)
         }
     };
-    if matches!(k.get(key), Some(Entry::Hash(h)) if h.is_empty()) {
-        k.remove(key);
-    }
     Ok(reply)
 }
 
-/// `SADD`, `SREM`, `SMEMBERS` on a set key (an emptied set is removed, as in Redis).
+/// `SADD`, `SREM`, `SMEMBERS` on a set key.
 fn set<'a>(k: &mut BTreeMap<String, Entry>, name: &str, w: &'a [String], arg: &Arg<'a>) -> Result<Reply, String> {
     let key = arg(1)?;
     let s = match k.entry(key.to_owned()).or_insert_with(|| Entry::Set(BTreeSet::new())) {
@@ -207,9 +211,6 @@ fn set<'a>(k: &mut BTreeMap<String, Entry>, name: &str, w: &'a [String], arg: &A
         "SREM" => Reply::Int(w[2..].iter().filter(|m| s.remove(m.as_str())).count() as i64),
         _ => Reply::Array(s.iter().map(|m| Reply::Bulk(m.clone())).collect()),
     };
-    if matches!(k.get(key), Some(Entry::Set(s)) if s.is_empty()) {
-        k.remove(key);
-    }
     Ok(reply)
 }
 
