@@ -25,6 +25,22 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Spawns, on gateway host `host`, the task a `reload` fault wakes: the reload runs inside the
+/// host, on its simulated clock, as a SIGHUP runs inside the process; its outcome is noted
+/// (prefixed with the host's name on a replica other than the first).
+fn follow_reloads(shared: &Arc<Mutex<Shared>>, serving: &Arc<Serving<SimConnector>>, host: &str, primary: bool) {
+    let wake = Arc::clone(lock(shared).reload.entry(host.to_owned()).or_default());
+    let (reloading, noted) = (Arc::clone(serving), Arc::clone(shared));
+    let on = if primary { String::new() } else { format!("{host}: ") };
+    tokio::spawn(async move {
+        loop {
+            wake.notified().await;
+            let line = reload_line(reloading.reload());
+            lock(&noted).rec.note(ms(sim_now()), format!("{on}{line}"));
+        }
+    });
+}
+
 /// Runs `scenario` with `seed`.
 pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     #[allow(clippy::disallowed_methods)] // wall time of the run itself, for the speed report
@@ -134,18 +150,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                     let store = Arc::new(crate::store::StoreClient::simulated(STORE_HOST, STORE_PORT));
                     proxy::replicas::follow::start_with(Arc::clone(&serving), store, host.clone());
                 }
-                // A `reload` fault wakes this task: the reload runs inside the gateway host, on its
-                // simulated clock, as a SIGHUP runs inside the process.
-                let wake = Arc::clone(lock(&shared).reload.entry(host.clone()).or_default());
-                let (reloading, noted) = (Arc::clone(&serving), Arc::clone(&shared));
-                let on = if primary { String::new() } else { format!("{host}: ") };
-                tokio::spawn(async move {
-                    loop {
-                        wake.notified().await;
-                        let line = reload_line(reloading.reload());
-                        lock(&noted).rec.note(ms(sim_now()), format!("{on}{line}"));
-                    }
-                });
+                follow_reloads(&shared, &serving, &host, primary);
                 if !primary {
                     let listener = SimListener::bind(GATEWAY_PORT).await?;
                     proxy::edge::serve::serve_live(serving, listener, std::future::pending()).await;
