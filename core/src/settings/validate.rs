@@ -1,6 +1,7 @@
 //! Range and consistency checks; every problem is reported, each naming its field.
 
 use super::error::FieldError;
+use super::traffic::OperatorErrorRule;
 use super::tree::ResilienceSettings;
 use crate::types::ProviderClass;
 
@@ -132,7 +133,7 @@ pub(super) fn check(s: &ResilienceSettings, prefix: &str) -> Vec<FieldError> {
 }
 
 /// M12: the operators' error rules, each named by its place.
-fn error_rules(c: &mut Checker, rules: &[super::OperatorErrorRule]) {
+fn error_rules(c: &mut Checker, rules: &[OperatorErrorRule]) {
     if rules.len() > 50 {
         c.err("error_rules", format!("at most 50 rules, got {}", rules.len()));
     }
