@@ -234,8 +234,11 @@ impl Engine {
                 if class_of(provider).is_none() || *remaining_ms == 0 {
                     return;
                 }
+                // A pin refused at this replica's cap is neither kept nor persisted.
                 let left = Duration::from_millis(*remaining_ms);
-                self.affinity.restore(now, session, provider, connection, left);
+                if !self.affinity.restore(now, session, provider, connection, left) {
+                    return;
+                }
                 let (session, provider, connection) = (session.clone(), provider.clone(), connection.clone());
                 self.push(Event::Pin(PinEvent::Set {
                     session,

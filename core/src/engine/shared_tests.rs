@@ -370,3 +370,23 @@ fn pins_and_the_emergency_switch_name_the_state_they_replace() {
     assert!(drain(&mut e).is_empty());
     assert_eq!(e.affinity().pinned(t0(), "s", "p"), None);
 }
+
+#[test]
+fn a_peers_pin_refused_at_the_cap_is_neither_kept_nor_persisted() {
+    let now = t0();
+    let mut b = replica();
+    b.affinity_mut().set_max_pins(1);
+    let pin = |session: &str| SharedChange::Pin {
+        session: session.to_owned(),
+        provider: "openai".to_owned(),
+        connection: "k1".to_owned(),
+        remaining_ms: 60_000,
+    };
+    b.apply_shared(now, &pin("header:s1"), &class_of);
+    assert!(matches!(drain(&mut b)[..], [Event::Pin(PinEvent::Set { .. })]), "the first is kept and persisted");
+    b.apply_shared(now, &pin("header:s2"), &class_of);
+    assert_eq!(b.affinity().pinned(now, "header:s2", "openai"), None, "no room for a second");
+    assert!(drain(&mut b).is_empty(), "and nothing to persist of it");
+    b.apply_shared(now, &pin("header:s1"), &class_of);
+    assert_eq!(drain(&mut b).len(), 1, "the one kept is still renewed at the cap");
+}

@@ -323,12 +323,21 @@ impl Affinity {
     }
 
     /// Restores a persisted pin (or another replica's) with `remaining` of its TTL, replacing
-    /// the session's pin on that provider.
-    pub fn restore(&mut self, now: Instant, session: &str, provider: &str, connection: &str, remaining: Duration) {
+    /// the session's pin on that provider. Returns whether it was kept (not when lapsed, nor
+    /// when it would be a new pin beyond `max_pins`).
+    pub fn restore(
+        &mut self,
+        now: Instant,
+        session: &str,
+        provider: &str,
+        connection: &str,
+        remaining: Duration,
+    ) -> bool {
         if remaining.is_zero() || (self.pins.len() >= self.max && self.find(session, provider).is_none()) {
-            return;
+            return false;
         }
         self.put_for(now, session.to_owned(), provider.to_owned(), connection.to_owned(), remaining);
+        true
     }
 
     /// Restores persisted pins at start-up: (session, provider, connection, time left), as

@@ -94,9 +94,10 @@ fn a_lower_cap_makes_room_one_pin_at_a_time_and_restores_no_more() {
     for (i, left) in [30, 10, 20].into_iter().enumerate() {
         a.restore(now, &format!("s{i}"), "p", "k1", Duration::from_secs(left));
     }
-    a.restore(now, "s3", "p", "k1", TTL);
+    assert!(!a.restore(now, "s3", "p", "k1", TTL), "a restore beyond the cap says it was refused");
     assert_eq!(a.len(now), 3, "a restore beyond the cap is not kept");
-    a.restore(now, "s1", "p", "k2", TTL);
+    assert!(a.restore(now, "s1", "p", "k2", TTL), "one already kept is taken at the cap");
+    assert!(!a.restore(now, "s4", "p", "k2", Duration::ZERO), "a lapsed pin is not");
     assert_eq!(a.pinned(now, "s1", "p"), Some("k2"), "one already kept is replaced");
     a.choose(now, "new", "p", &["k3"], TTL);
     assert_eq!(a.len(now), 3);
@@ -202,7 +203,7 @@ mod properties {
                 match op {
                     0 => { a.evict_connection(conns[c]); }
                     1 => { a.choose(now, &session, &provider, &conns[c..], TTL); }
-                    2 => a.restore(now, &session, &provider, conns[c], Duration::from_secs(60 * c as u64)),
+                    2 => { a.restore(now, &session, &provider, conns[c], Duration::from_secs(60 * c as u64)); }
                     3 => { a.unpin(&session, &provider); }
                     4 => { now += Duration::from_secs(200); a.sweep(now); }
                     5 => {
