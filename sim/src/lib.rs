@@ -17,6 +17,7 @@ pub mod shared;
 pub mod store;
 pub mod svg;
 pub mod swarm;
+mod workload;
 pub mod world;
 
 pub use shared::RunResult;

@@ -1,7 +1,6 @@
 //! One simulated run: the real gateway, scripted upstream hosts and client hosts in a turmoil
 //! network, with checkers at every step.
 
-use crate::client::request;
 use crate::expect::{check_state, end_checks};
 use crate::faults::{check_hosts, load_config, reload, reload_line};
 use crate::net::{SimConnector, SimListener};
@@ -9,19 +8,13 @@ use crate::shared::{
     GATEWAY_PORT, GatewayHandle, RunResult, STORE_HOST, STORE_PORT, Shared, UPSTREAM_PORT, WALL_START_MS, lock, ms,
     sim_now,
 };
-use bytes::Bytes;
-use ferroute_core::strategy::stable_hash;
-use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use proxy::ops::reload::{Loader, Serving};
 use proxy::state::gateway::{Observed, Tap};
 use proxy::{Persistence, build_observed};
-use rand::{Rng, RngExt, SeedableRng};
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use scenarios::scenario::{Abort, FaultAction, Scenario, Workload};
+use scenarios::scenario::{Fault, FaultAction, Scenario, Workload};
 use scenarios::{ScriptedUpstream, serve_upstream};
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -105,155 +98,23 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         None
     };
     let state_path = state_dir.as_ref().map(|d| d.path().to_owned());
-    let sharing = !scenario.replicas.is_empty();
-    if sharing {
-        sim.host(STORE_HOST, || async {
-            let listener = SimListener::bind(STORE_PORT).await?;
-            scenarios::store::serve_store(listener, scenarios::store::StoreHost::new()).await;
-            Ok(())
-        });
-    }
-    for host in std::iter::once("gateway".to_owned()).chain(scenario.replicas.iter().cloned()) {
-        let shared = Arc::clone(&shared);
-        let config = config.clone();
-        // Only the first replica restarts (and keeps its state in a file across that).
-        let primary = host == "gateway";
-        let state_path = if primary { state_path.clone() } else { None };
-        let name = host.clone();
-        sim.host(name.as_str(), move || {
-            let shared = Arc::clone(&shared);
-            let config = config.clone();
-            let persistence = state_path.clone().map_or(Persistence::Memory, Persistence::Dir);
-            let host = host.clone();
-            async move {
-                let base = tokio::time::Instant::now().into_std();
-                let e0 = sim_now();
-                let tap_shared = Arc::clone(&shared);
-                let ms_of = move |at: Instant| ms(e0) + ms(at.saturating_duration_since(base));
-                let tap_host = host.clone();
-                let tap: Tap = Box::new(move |at: Instant, what: Observed<'_>| {
-                    let mut s = lock(&tap_shared);
-                    s.rec.observe_on(&tap_host, ms_of(at), &what, &ms_of);
-                });
-                // A restarted gateway's wall clock goes on from where the simulation is.
-                let wall = WALL_START_MS + ms(e0);
-                let gw = build_observed(config, SimConnector, persistence, wall, proxy_seed, Some(tap))
-                    .map_err(|e| e.to_string())?;
-                // A reload reads the text the `reload` fault left; no text, no reload.
-                let (next, reader) = (Arc::clone(&shared), host.clone());
-                let loader: Loader = Box::new(move || {
-                    let text = lock(&next).next_config.remove(&reader).unwrap_or_default();
-                    load_config(&text)
-                });
-                let serving = Serving::new(gw, Some(loader));
-                if sharing {
-                    let store = Arc::new(crate::store::StoreClient::simulated(STORE_HOST, STORE_PORT));
-                    proxy::replicas::follow::start_with(Arc::clone(&serving), store, host.clone());
-                }
-                follow_reloads(&shared, &serving, &host, primary);
-                if !primary {
-                    let listener = SimListener::bind(GATEWAY_PORT).await?;
-                    proxy::edge::serve::serve_live(serving, listener, std::future::pending()).await;
-                    return Ok(());
-                }
-                if ms(e0) > 0 {
-                    lock(&shared).rec.started_again(ms(e0));
-                }
-                lock(&shared).gateway = Some(GatewayHandle { serving: Arc::clone(&serving), base, e0 });
-                let listener = SimListener::bind(GATEWAY_PORT).await?;
-                proxy::edge::serve::serve_live(serving, listener, std::future::pending()).await;
-                Ok(())
-            }
-        });
-    }
+    add_gateways(&mut sim, scenario, &config, &shared, state_path, proxy_seed);
+    crate::workload::add_clients(&mut sim, scenario, &shared, abort_seed);
 
-    let mut clients: BTreeMap<String, Vec<Workload>> = BTreeMap::new();
-    for w in &scenario.workload {
-        clients.entry(w.client.clone()).or_default().push(w.clone());
+    drive(&mut sim, scenario, &shared);
+    let simulated = sim.elapsed();
+    end_checks(scenario, &shared, ms(simulated));
+    if let Some(t) = &tokens {
+        crate::oauth::end_checks(t, &shared, ms(simulated));
     }
-    for (name, groups) in clients {
-        let shared = Arc::clone(&shared);
-        let client_name = name.clone();
-        sim.client(name.as_str(), async move {
-            let http: Client<SimConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(SimConnector);
-            let start = tokio::time::Instant::now();
-            let mut seq = 0;
-            let mut tasks = Vec::new();
-            let mut plan: Vec<(u64, Workload)> = Vec::new();
-            for g in groups {
-                for k in 0..g.count {
-                    plan.push((g.start_ms + k * g.every_ms, g.clone()));
-                }
-            }
-            plan.sort_by_key(|(at, _)| *at);
-            for (at, mut w) in plan {
-                let (http, shared, client) = (http.clone(), Arc::clone(&shared), client_name.clone());
-                let my_seq = seq;
-                seq += 1;
-                w.model = w.model.replace("{seq}", &my_seq.to_string());
-                lock(&shared).rec.issued.insert((client.clone(), my_seq), None);
-                tasks.push(tokio::spawn(async move {
-                    tokio::time::sleep_until(start + Duration::from_millis(at)).await;
-                    let issued = ms(sim_now());
-                    lock(&shared).rec.issued.insert((client.clone(), my_seq), Some(issued));
-                    lock(&shared).rec.note(
-                        issued,
-                        format!("request {client}#{my_seq} {}{}", w.model, if w.stream { " stream" } else { "" }),
-                    );
-                    let give_up = match w.abort {
-                        Some(Abort::BeforeHeaders) => Some(Duration::from_millis(w.abort_after_ms)),
-                        Some(Abort::Random) => {
-                            // Its own stream of the run's seed per client and request.
-                            let seed = abort_seed ^ stable_hash(client.as_bytes()) ^ my_seq;
-                            let at = ChaCha8Rng::seed_from_u64(seed).random_range(0..w.abort_after_ms.max(1));
-                            Some(Duration::from_millis(at))
-                        }
-                        _ => None,
-                    };
-                    let mut outcome = request(&http, &w, client.clone(), my_seq, issued, give_up).await;
-                    let mut s = lock(&shared);
-                    if outcome.status.is_none()
-                        && !outcome.aborted
-                        && let Some(why) = s.cut_off(&client, issued, outcome.done_ms)
-                    {
-                        outcome.aborted = true;
-                        outcome.error = Some(why.into());
-                    }
-                    let line = format!("response {}", outcome.describe(w.stream));
-                    let state = match (outcome.aborted, outcome.status) {
-                        (true, _) => "gave up",
-                        (_, Some(200..=299)) => "2xx",
-                        (_, Some(400..=499)) => "4xx",
-                        (_, Some(_)) => "5xx",
-                        (_, None) => "no answer",
-                    };
-                    s.rec.spans.push(crate::check::Span {
-                        lane: format!("client:{}", outcome.client),
-                        state: state.into(),
-                        from_ms: outcome.issued_ms,
-                        to_ms: Some(outcome.done_ms),
-                        note: line.clone(),
-                    });
-                    s.rec.note(outcome.done_ms, line);
-                    if outcome.status.is_none() && !outcome.aborted {
-                        let what = format!(
-                            "request {}#{} got no HTTP response: {}",
-                            outcome.client,
-                            outcome.seq,
-                            outcome.error.clone().unwrap_or_default()
-                        );
-                        s.rec.violate(outcome.done_ms, what);
-                    }
-                    s.rec.outcomes.push(outcome);
-                }));
-            }
-            for t in tasks {
-                let _ = t.await;
-            }
-            Ok(())
-        });
-    }
+    drop(sim);
+    drop(state_dir);
+    finish(scenario, seed, &shared, simulated, wall_start)
+}
 
+/// Steps the simulation until every client is done and every fault and state check is due, the
+/// scenario's time is up, or a check fails: faults and state checks happen at their times.
+fn drive(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, shared: &Arc<Mutex<Shared>>) {
     let mut faults = scenario.faults.clone();
     faults.sort_by_key(|f| f.at_ms);
     let mut next_fault = 0;
@@ -265,43 +126,14 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     loop {
         let t = ms(sim.elapsed());
         while next_fault < faults.len() && faults[next_fault].at_ms <= t {
-            let f = &faults[next_fault];
-            match f.action {
-                FaultAction::Partition => sim.partition(f.a.as_str(), f.b.as_str()),
-                FaultAction::Repair => sim.repair(f.a.as_str(), f.b.as_str()),
-                FaultAction::Hold => sim.hold(f.a.as_str(), f.b.as_str()),
-                FaultAction::Release => sim.release(f.a.as_str(), f.b.as_str()),
-                FaultAction::Restart => sim.bounce(f.a.as_str()),
-                FaultAction::Reload => reload(&shared, f, t),
-            }
-            let mut s = lock(&shared);
-            // A client on either end of a partition with the gateway: what it misses meanwhile
-            // is an expected abort, not a lost request.
-            let client = [&f.a, &f.b].into_iter().find(|h| scenario.workload.iter().any(|w| &w.client == *h));
-            if f.action == FaultAction::Restart {
-                s.restarts.push(t);
-            }
-            if let Some(c) = client {
-                let cuts = s.cuts.entry(c.clone()).or_default();
-                match f.action {
-                    FaultAction::Partition => cuts.push((t, None)),
-                    FaultAction::Repair => {
-                        if let Some(open) = cuts.last_mut().filter(|(_, until)| until.is_none()) {
-                            open.1 = Some(t);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            s.rec.note(t, format!("fault {:?} {} {}", f.action, f.a, f.b));
-            drop(s);
+            apply_fault(sim, scenario, shared, &faults[next_fault], t);
             next_fault += 1;
         }
         while next_state < states.len() && states[next_state].1.at_ms <= t {
-            check_state(&shared, states[next_state].1, t);
+            check_state(shared, states[next_state].1, t);
             next_state += 1;
         }
-        if !lock(&shared).rec.violations.is_empty() {
+        if !lock(shared).rec.violations.is_empty() {
             break;
         }
         let all_due_checked = next_state >= states.len() && next_fault >= faults.len();
@@ -314,19 +146,127 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         match sim.step() {
             Ok(done) => clients_done = clients_done || done,
             Err(e) => {
-                lock(&shared).rec.violate(t, format!("simulation error: {e}"));
+                lock(shared).rec.violate(t, format!("simulation error: {e}"));
                 break;
             }
         }
     }
-    let simulated = sim.elapsed();
-    end_checks(scenario, &shared, ms(simulated));
-    if let Some(t) = &tokens {
-        crate::oauth::end_checks(t, &shared, ms(simulated));
+}
+
+/// The shared store (with replicas) and the gateway hosts: `gateway` and each replica, every
+/// one the real gateway over simulated sockets. Only the first restarts, keeping its state in
+/// the file under `state_path` across that.
+fn add_gateways(
+    sim: &mut turmoil::Sim<'_>,
+    scenario: &Scenario,
+    config: &proxy::config::Config,
+    shared: &Arc<Mutex<Shared>>,
+    state_path: Option<std::path::PathBuf>,
+    proxy_seed: u64,
+) {
+    let sharing = !scenario.replicas.is_empty();
+    if sharing {
+        sim.host(STORE_HOST, || async {
+            let listener = SimListener::bind(STORE_PORT).await?;
+            scenarios::store::serve_store(listener, scenarios::store::StoreHost::new()).await;
+            Ok(())
+        });
     }
-    drop(sim);
-    drop(state_dir);
-    finish(scenario, seed, &shared, simulated, wall_start)
+    for host in std::iter::once("gateway".to_owned()).chain(scenario.replicas.iter().cloned()) {
+        let shared = Arc::clone(shared);
+        let config = config.clone();
+        let primary = host == "gateway";
+        let state_path = if primary { state_path.clone() } else { None };
+        let name = host.clone();
+        sim.host(name.as_str(), move || {
+            let persistence = state_path.clone().map_or(Persistence::Memory, Persistence::Dir);
+            let gateway = Gateway { shared: Arc::clone(&shared), host: host.clone(), sharing, primary, proxy_seed };
+            gateway.serve(config.clone(), persistence)
+        });
+    }
+}
+
+/// One gateway host, as it (re)starts.
+struct Gateway {
+    shared: Arc<Mutex<Shared>>,
+    host: String,
+    sharing: bool,
+    primary: bool,
+    proxy_seed: u64,
+}
+
+impl Gateway {
+    /// Builds the gateway with a tap into the run's recorder, joins the shared state, follows
+    /// reloads, and serves until the run (or a restart) ends it.
+    async fn serve(self, config: proxy::config::Config, persistence: Persistence) -> turmoil::Result {
+        let Gateway { shared, host, sharing, primary, proxy_seed } = self;
+        let base = tokio::time::Instant::now().into_std();
+        let e0 = sim_now();
+        let tap_shared = Arc::clone(&shared);
+        let ms_of = move |at: Instant| ms(e0) + ms(at.saturating_duration_since(base));
+        let tap_host = host.clone();
+        let tap: Tap = Box::new(move |at: Instant, what: Observed<'_>| {
+            let mut s = lock(&tap_shared);
+            s.rec.observe_on(&tap_host, ms_of(at), &what, &ms_of);
+        });
+        // A restarted gateway's wall clock goes on from where the simulation is.
+        let wall = WALL_START_MS + ms(e0);
+        let gw = build_observed(config, SimConnector, persistence, wall, proxy_seed, Some(tap))
+            .map_err(|e| e.to_string())?;
+        // A reload reads the text the `reload` fault left; no text, no reload.
+        let (next, reader) = (Arc::clone(&shared), host.clone());
+        let loader: Loader = Box::new(move || {
+            let text = lock(&next).next_config.remove(&reader).unwrap_or_default();
+            load_config(&text)
+        });
+        let serving = Serving::new(gw, Some(loader));
+        if sharing {
+            let store = Arc::new(crate::store::StoreClient::simulated(STORE_HOST, STORE_PORT));
+            proxy::replicas::follow::start_with(Arc::clone(&serving), store, host.clone());
+        }
+        follow_reloads(&shared, &serving, &host, primary);
+        if primary {
+            if ms(e0) > 0 {
+                lock(&shared).rec.started_again(ms(e0));
+            }
+            lock(&shared).gateway = Some(GatewayHandle { serving: Arc::clone(&serving), base, e0 });
+        }
+        let listener = SimListener::bind(GATEWAY_PORT).await?;
+        proxy::edge::serve::serve_live(serving, listener, std::future::pending()).await;
+        Ok(())
+    }
+}
+
+/// Applies fault `f` at `t`, and notes it.
+fn apply_fault(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, shared: &Arc<Mutex<Shared>>, f: &Fault, t: u64) {
+    match f.action {
+        FaultAction::Partition => sim.partition(f.a.as_str(), f.b.as_str()),
+        FaultAction::Repair => sim.repair(f.a.as_str(), f.b.as_str()),
+        FaultAction::Hold => sim.hold(f.a.as_str(), f.b.as_str()),
+        FaultAction::Release => sim.release(f.a.as_str(), f.b.as_str()),
+        FaultAction::Restart => sim.bounce(f.a.as_str()),
+        FaultAction::Reload => reload(shared, f, t),
+    }
+    let mut s = lock(shared);
+    // A client on either end of a partition with the gateway: what it misses meanwhile is an
+    // expected abort, not a lost request.
+    let client = [&f.a, &f.b].into_iter().find(|h| scenario.workload.iter().any(|w| &w.client == *h));
+    if f.action == FaultAction::Restart {
+        s.restarts.push(t);
+    }
+    if let Some(c) = client {
+        let cuts = s.cuts.entry(c.clone()).or_default();
+        match f.action {
+            FaultAction::Partition => cuts.push((t, None)),
+            FaultAction::Repair => {
+                if let Some(open) = cuts.last_mut().filter(|(_, until)| until.is_none()) {
+                    open.1 = Some(t);
+                }
+            }
+            _ => {}
+        }
+    }
+    s.rec.note(t, format!("fault {:?} {} {}", f.action, f.a, f.b));
 }
 
 /// The scenario's scripted upstream hosts (those the token server guards answer only its valid
