@@ -172,6 +172,9 @@ pub enum Abort {
     AfterFirstChunk,
     /// The client hangs up at a moment drawn from the run's seed, before `abort_after_ms`.
     Random,
+    /// The client reads for `abort_after_ms` and hangs up, keeping what arrived: for a stream
+    /// that does not end (the operator's `GET /api/monitoring/events`).
+    After,
 }
 
 fn default_client() -> String {

@@ -96,6 +96,13 @@ pub(crate) async fn request(
             }
         }
         (Some(Abort::AfterFirstChunk), _) => read(http.request(req).await, w, &mut out, true).await,
+        (Some(Abort::After), Some(d)) => {
+            let until = tokio::time::Instant::now() + d;
+            match tokio::time::timeout_at(until, http.request(req)).await {
+                Ok(r) => read_until(r, w, &mut out, until).await,
+                Err(_) => gave_up(&mut out, "before the response headers"),
+            }
+        }
         _ => read(http.request(req).await, w, &mut out, false).await,
     }
     out.done_ms = ms(sim_now());
@@ -151,17 +158,44 @@ fn gave_up(out: &mut Outcome, when: &str) {
     out.error = Some(format!("the client gave up {when}"));
 }
 
-/// Reads the response; with `first_chunk_only` the client hangs up after the first frame.
-async fn read(
+/// Reads the response until `until`, keeping what arrived, and hangs up then (a stream that does
+/// not end); one that ends sooner is read whole.
+async fn read_until(
     r: Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
     w: &Workload,
     out: &mut Outcome,
-    first_chunk_only: bool,
+    until: tokio::time::Instant,
 ) {
+    let Some(mut body) = head(r, out) else { return };
+    let mut got = Vec::new();
+    loop {
+        match tokio::time::timeout_at(until, body.frame()).await {
+            Ok(Some(Ok(frame))) => got.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..])),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                out.error = Some(format!("body: {e}"));
+                break;
+            }
+            Err(_) => {
+                keep_body(&String::from_utf8_lossy(&got), w, out);
+                gave_up(out, "after reading for its time");
+                return;
+            }
+        }
+    }
+    keep_body(&String::from_utf8_lossy(&got), w, out);
+}
+
+/// The response's status and the headers an outcome keeps; its body, or `None` (and the
+/// error noted) when no response came.
+fn head(
+    r: Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
+    out: &mut Outcome,
+) -> Option<hyper::body::Incoming> {
     let resp = match r {
         Err(e) => {
             out.error = Some(format!("{e:?}"));
-            return;
+            return None;
         }
         Ok(resp) => resp,
     };
@@ -174,7 +208,17 @@ async fn read(
         .filter(|(k, _)| k.as_str().starts_with("x-ferroute-") || *k == http::header::CONTENT_TYPE)
         .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
         .collect();
-    let mut body = resp.into_body();
+    Some(resp.into_body())
+}
+
+/// Reads the response; with `first_chunk_only` the client hangs up after the first frame.
+async fn read(
+    r: Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
+    w: &Workload,
+    out: &mut Outcome,
+    first_chunk_only: bool,
+) {
+    let Some(mut body) = head(r, out) else { return };
     if first_chunk_only {
         let _ = body.frame().await;
         drop(body);
@@ -182,17 +226,7 @@ async fn read(
         return;
     }
     match body.collect().await {
-        Ok(c) => {
-            let text = String::from_utf8_lossy(&c.to_bytes()).into_owned();
-            read_body(&text, w, out);
-            out.body = text
-                .chars()
-                .scan(0, |n, ch| {
-                    *n += ch.len_utf8();
-                    (*n <= KEPT_BODY).then_some(ch)
-                })
-                .collect();
-        }
+        Ok(c) => keep_body(&String::from_utf8_lossy(&c.to_bytes()), w, out),
         Err(e) => {
             out.error = Some(format!("body: {e}"));
         }
@@ -201,6 +235,18 @@ async fn read(
 
 /// The most of an answer's body an outcome keeps.
 const KEPT_BODY: usize = 64 * 1024;
+
+/// Reads an answer's body (its error code, whether a stream finished) and keeps its start.
+fn keep_body(text: &str, w: &Workload, out: &mut Outcome) {
+    read_body(text, w, out);
+    out.body = text
+        .chars()
+        .scan(0, |n, ch| {
+            *n += ch.len_utf8();
+            (*n <= KEPT_BODY).then_some(ch)
+        })
+        .collect();
+}
 
 fn read_body(text: &str, w: &Workload, out: &mut Outcome) {
     out.code = scenarios::answer::error_code(text);

@@ -75,7 +75,7 @@ async fn send(
         s.rec.note(issued, format!("request {client}#{seq} {}{}", w.model, if w.stream { " stream" } else { "" }));
     }
     let give_up = match w.abort {
-        Some(Abort::BeforeHeaders) => Some(Duration::from_millis(w.abort_after_ms)),
+        Some(Abort::BeforeHeaders | Abort::After) => Some(Duration::from_millis(w.abort_after_ms)),
         Some(Abort::Random) => {
             // Its own stream of the run's seed per client and request.
             let seed = abort_seed ^ stable_hash(client.as_bytes()) ^ seq;
