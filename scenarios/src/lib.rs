@@ -10,6 +10,7 @@
 pub mod answer;
 pub mod collector;
 pub mod dialect;
+mod expectations;
 mod http_host;
 mod in_flight;
 pub mod net;
