@@ -137,7 +137,8 @@ pub struct Workload {
     /// The client gives up on its requests this way (an expected abort, never a violation).
     #[serde(default)]
     pub abort: Option<Abort>,
-    /// The bound of `before_headers` and `random` aborts (ms).
+    /// The bound of `before_headers`, `random` and `after` aborts (ms; above 0 for
+    /// `before_headers` and `after`).
     #[serde(default)]
     pub abort_after_ms: u64,
 }

@@ -3,7 +3,7 @@
 
 use crate::shared::{SIM_CLIENT_KEY, Shared, lock};
 use proxy::config::Config;
-use scenarios::scenario::{FaultAction, Scenario};
+use scenarios::scenario::{Abort, FaultAction, Scenario};
 use std::sync::{Arc, Mutex};
 
 /// The scenario's gateway config, with the simulated clients' key unless it has keys of its
@@ -86,6 +86,10 @@ pub(crate) fn check_hosts(scenario: &Scenario) -> Result<(), String> {
         if hosts.contains(&w.client) {
             return Err(format!("client {:?} has the name of a host", w.client));
         }
+        // A bound of 0 would hang up before anything could arrive: a mistake, not a test.
+        if matches!(w.abort, Some(Abort::BeforeHeaders | Abort::After)) && w.abort_after_ms == 0 {
+            return Err(format!("client {:?} aborts {:?} with no abort_after_ms above 0", w.client, w.abort));
+        }
     }
     let clients: std::collections::BTreeSet<&str> = scenario.workload.iter().map(|w| w.client.as_str()).collect();
     for f in &scenario.faults {
@@ -137,5 +141,23 @@ mod tests {
         assert_eq!(with_fault("action = \"restart\"\na = \"gateway\""), Ok(()));
         let replica = with_fault("action = \"restart\"\na = \"gateway-b\"");
         assert!(replica.as_ref().is_err_and(|e| e.contains("must name a = \"gateway\"")), "{replica:?}");
+    }
+
+    fn with_abort(abort: &str) -> Result<(), String> {
+        let text = format!(
+            "description = \"d\"\nmechanisms = []\nduration_ms = 10\ngateway = \"\"\n\n[[workload]]\nclient = \"c\"\n{abort}\n"
+        );
+        check_hosts(&Scenario::from_toml_str(&text, "t")?)
+    }
+
+    #[test]
+    fn an_abort_with_a_bound_needs_one_above_zero() {
+        for kind in ["before_headers", "after"] {
+            let none = with_abort(&format!("abort = \"{kind}\""));
+            assert!(none.as_ref().is_err_and(|e| e.contains("no abort_after_ms above 0")), "{kind}: {none:?}");
+            assert_eq!(with_abort(&format!("abort = \"{kind}\"\nabort_after_ms = 3000")), Ok(()), "{kind}");
+        }
+        assert_eq!(with_abort("abort = \"random\""), Ok(()), "random draws below max(bound, 1)");
+        assert_eq!(with_abort("abort = \"after_first_chunk\""), Ok(()));
     }
 }
