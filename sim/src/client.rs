@@ -168,22 +168,21 @@ async fn read_until(
 ) {
     let Some(mut body) = head(r, out) else { return };
     let mut got = Vec::new();
-    loop {
+    let timed_out = loop {
         match tokio::time::timeout_at(until, body.frame()).await {
             Ok(Some(Ok(frame))) => got.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..])),
-            Ok(None) => break,
+            Ok(None) => break false,
             Ok(Some(Err(e))) => {
                 out.error = Some(format!("body: {e}"));
-                break;
+                break false;
             }
-            Err(_) => {
-                keep_body(&String::from_utf8_lossy(&got), w, out);
-                gave_up(out, "after reading for its time");
-                return;
-            }
+            Err(_) => break true,
         }
-    }
+    };
     keep_body(&String::from_utf8_lossy(&got), w, out);
+    if timed_out {
+        gave_up(out, "after reading for its time");
+    }
 }
 
 /// The response's status and the headers an outcome keeps; its body, or `None` (and the

@@ -180,14 +180,14 @@ fn add_gateways(
         let name = host.clone();
         sim.host(name.as_str(), move || {
             let persistence = state_path.clone().map_or(Persistence::Memory, Persistence::Dir);
-            let gateway = Gateway { shared: Arc::clone(&shared), host: host.clone(), sharing, primary, proxy_seed };
+            let gateway = GatewayHost { shared: Arc::clone(&shared), host: host.clone(), sharing, primary, proxy_seed };
             gateway.serve(config.clone(), persistence)
         });
     }
 }
 
 /// One gateway host, as it (re)starts.
-struct Gateway {
+struct GatewayHost {
     shared: Arc<Mutex<Shared>>,
     host: String,
     sharing: bool,
@@ -195,11 +195,11 @@ struct Gateway {
     proxy_seed: u64,
 }
 
-impl Gateway {
+impl GatewayHost {
     /// Builds the gateway with a tap into the run's recorder, joins the shared state, follows
     /// reloads, and serves until the run (or a restart) ends it.
     async fn serve(self, config: proxy::config::Config, persistence: Persistence) -> turmoil::Result {
-        let Gateway { shared, host, sharing, primary, proxy_seed } = self;
+        let GatewayHost { shared, host, sharing, primary, proxy_seed } = self;
         let base = tokio::time::Instant::now().into_std();
         let e0 = sim_now();
         let tap_shared = Arc::clone(&shared);
