@@ -30,13 +30,12 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
     peer: SocketAddr,
 ) -> Response<Body> {
     let gw = serving.current();
-    let path = req.uri().path().to_owned();
     let method = req.method().clone();
     let google_client = req.headers().contains_key("x-goog-api-key")
         || req.headers().contains_key("x-goog-api-client")
         || req.uri().query().is_some_and(|q| q.split('&').any(|kv| kv.starts_with("key=")));
-    let gemini = crate::edge::gemini::call(&path, &method, google_client);
-    let api = match path.as_str() {
+    let gemini = crate::edge::gemini::call(req.uri().path(), &method, google_client);
+    let api = match req.uri().path() {
         "/v1/chat/completions" => Some(ClientApi::Chat),
         "/v1/messages" => Some(ClientApi::Messages),
         "/v1/responses" => Some(ClientApi::Responses),
@@ -58,9 +57,11 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
                 Err(e) => e.into_response_as(shape),
             };
         }
-        (Some(_), _) => return admin::method_not_allowed(&path, "POST"),
+        (Some(_), _) => return admin::method_not_allowed(req.uri().path(), "POST"),
         (None, _) => {}
     }
+    // Owned only here, past the request path: the routes below may take the request.
+    let path = req.uri().path().to_owned();
     match (path.as_str(), &method) {
         ("/v1/models", &Method::GET) => match auth::client(&gw.config, req.headers(), true) {
             Ok(_) => admin::models(&gw, req.headers().contains_key("anthropic-version")),

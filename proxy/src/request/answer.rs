@@ -65,8 +65,29 @@ pub(crate) struct Sent<C: Connect + Clone + Send + Sync + 'static> {
 /// A response's headers as (name, value) pairs for the core, those that are text.
 pub(crate) fn header_pairs(headers: &http::HeaderMap) -> Vec<(&str, &str)> {
     let mut pairs = Vec::with_capacity(headers.len());
-    pairs.extend(headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))));
+    pairs.extend(text_headers(headers));
     pairs
+}
+
+fn text_headers(headers: &http::HeaderMap) -> impl Iterator<Item = (&str, &str)> {
+    headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v)))
+}
+
+/// [`header_pairs`] given to `f`, on the stack for a usual response's few headers: a success
+/// reads them for quota without allocating.
+pub(crate) fn with_header_pairs<R>(headers: &http::HeaderMap, f: impl FnOnce(&[(&str, &str)]) -> R) -> R {
+    const ON_STACK: usize = 16;
+    if headers.len() > ON_STACK {
+        return f(&header_pairs(headers));
+    }
+    let text = text_headers(headers);
+    let mut pairs = [("", ""); ON_STACK];
+    let mut n = 0;
+    for (slot, pair) in pairs.iter_mut().zip(text) {
+        *slot = pair;
+        n += 1;
+    }
+    f(&pairs[..n])
 }
 
 /// A 2xx: relayed as a stream, or read whole and answered in the client's API.
@@ -253,6 +274,38 @@ pub(crate) fn transport_failure<C: Connect + Clone + Send + Sync + 'static>(
         Some(decision) => Step::Fallback(Failure { decision, message, connection, provider }),
         None => {
             Step::Fail(ProxyError::new(Source::Internal, 500, "internal", "the outcome was recorded twice"), connection)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{header_pairs, with_header_pairs};
+
+    fn map(n: usize) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for i in 0..n {
+            let name = http::HeaderName::from_bytes(format!("x-h{i}").as_bytes()).expect("name");
+            h.append(name.clone(), http::HeaderValue::from_str(&format!("v{i}")).expect("value"));
+            // A second value under one name, and one that is not text: skipped, as before.
+            if i == 3 {
+                h.append(name.clone(), http::HeaderValue::from_static("again"));
+                h.append(name, http::HeaderValue::from_bytes(b"\xff").expect("opaque"));
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn the_pairs_on_the_stack_are_the_pairs_in_a_list_at_every_size() {
+        for n in [0, 1, 13, 14, 15, 16, 40] {
+            let h = map(n);
+            let want = header_pairs(&h);
+            let got =
+                with_header_pairs(&h, |p| p.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())).collect::<Vec<_>>());
+            let want: Vec<_> = want.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())).collect();
+            assert_eq!(got, want, "{n} names");
+            assert_eq!(got.len(), if n > 3 { n + 1 } else { n }, "{n} names");
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::edge::errors::{ProxyError, Source};
 pub(crate) use crate::request::answer::{Failure, Step, failure_error, transport_failure};
-use crate::request::answer::{Sent, failed, header_pairs, succeeded};
+use crate::request::answer::{Sent, failed, header_pairs, succeeded, with_header_pairs};
 use crate::request::attempt::Attempt;
 use crate::request::exchange::{self, ANTHROPIC_BETA, Inbound, Prepared};
 use crate::request::resolve::Target;
@@ -374,14 +374,15 @@ fn observe_response<C: Connect + Clone + Send + Sync + 'static, B>(
 ) {
     let (provider, connection) = gw.parts(target);
     let wall = gw.clock.wall_ms(now);
-    let headers = header_pairs(resp.headers());
     let cand = gw.candidate(target);
-    gw.with_engine(|e| {
-        e.observe_quota(now, &connection.id, &headers, wall);
-        e.observe_latency(&provider.id, now.saturating_duration_since(started));
-        if let Some(key) = good_for {
-            e.note_success(key, &cand);
-        }
+    with_header_pairs(resp.headers(), |headers| {
+        gw.with_engine(|e| {
+            e.observe_quota(now, &connection.id, headers, wall);
+            e.observe_latency(&provider.id, now.saturating_duration_since(started));
+            if let Some(key) = good_for {
+                e.note_success(key, &cand);
+            }
+        })
     });
     if let Some(info) = resp.extensions().get::<hyper_util::client::legacy::connect::HttpInfo>() {
         crate::sessions::egress::observe(gw, target.connection, info.local_addr().ip());
