@@ -47,13 +47,26 @@ pub fn model_at(raw: &[u8], at: std::ops::Range<usize>, model: &str) -> Option<V
 }
 
 /// `raw` with each of `spans` (in order, within `raw`) replaced by `model` as a JSON string.
+///
+/// The result is exactly as long as its capacity, so that it becomes `Bytes` without another
+/// allocation; a model name that needs no escaping (the usual one) is written as it is.
 fn splice(raw: &[u8], spans: &[(usize, usize)], model: &str) -> Option<Vec<u8>> {
-    let encoded = serde_json::to_vec(model).ok()?;
-    let mut out = Vec::with_capacity(raw.len() + encoded.len());
+    let plain = !model.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\');
+    let escaped = if plain { None } else { Some(serde_json::to_vec(model).ok()?) };
+    let encoded_len = escaped.as_ref().map_or(model.len() + 2, Vec::len);
+    let replaced: usize = spans.iter().map(|&(s, e)| e - s).sum();
+    let mut out = Vec::with_capacity(raw.len().saturating_sub(replaced) + spans.len() * encoded_len);
     let mut at = 0;
     for &(s, e) in spans {
         out.extend_from_slice(&raw[at..s]);
-        out.extend_from_slice(&encoded);
+        match &escaped {
+            Some(encoded) => out.extend_from_slice(encoded),
+            None => {
+                out.push(b'"');
+                out.extend_from_slice(model.as_bytes());
+                out.push(b'"');
+            }
+        }
         at = e;
     }
     out.extend_from_slice(&raw[at..]);
@@ -168,6 +181,19 @@ mod tests {
             String::from_utf8_lossy(&out),
             r#"{ "z": 1.50, "model" : "claude-\"x\"", "messages":[{"model":"inner","x":"}\"{"}], "a": 1e3 }"#
         );
+    }
+
+    #[test]
+    fn the_model_is_written_as_serde_writes_it_and_the_bytes_fill_their_buffer() {
+        let raw = br#"{"model" : "combo", "n": 1}"#;
+        for model in ["m", "", "p/m-1.5", "caf\u{e9} \u{1f600}", "q\"t", "b\\s", "tab\t", "nul\u{0}", "\u{7f}/x"] {
+            let out = model_at(raw, 11..18, model).expect("replaced");
+            let want = format!(r#"{{"model" : {}, "n": 1}}"#, serde_json::to_string(model).expect("json"));
+            assert_eq!(String::from_utf8_lossy(&out), want, "{model:?}");
+            assert_eq!(out.len(), out.capacity(), "{model:?}: Bytes::from takes the buffer as it is");
+            let twice = replace_model(br#"{"model":"a","x":{"model":"b"}}"#, model).expect("replaced");
+            assert_eq!(twice.len(), twice.capacity(), "{model:?}");
+        }
     }
 
     #[test]
