@@ -362,3 +362,30 @@ async fn a_client_trickling_its_body_gets_408_not_a_stuck_task() {
     assert!(text.contains("request_timeout"), "{text}");
     assert_eq!(up.script.total_calls(), 0);
 }
+
+/// A client's own headers never reach a provider: its own key, its cookie, a header of its own.
+/// The first attempt goes out in the client's header map, emptied (so that no map is made per
+/// request), and a retry on the other key in a new one: neither carries them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_own_headers_never_reach_the_upstream() {
+    let script = Script::sequence(vec![status_error(503, "busy"), Behaviour::echo()]);
+    let up = upstream(ScriptedUpstream::new().route("m", script)).await;
+    let gw = start(config(ONE_PROVIDER, &up), Persistence::Memory).await;
+    let body = serde_json::json!({"model": "up/m", "messages": [{"role": "user", "content": "hello from the test"}]});
+    let own = [
+        ("content-type", "application/json"),
+        ("authorization", "Bearer client-own-key"),
+        ("cookie", "session=client-cookie"),
+        ("x-client-note", "client-note"),
+    ];
+    let r = send("POST", &gw.url("/v1/chat/completions"), &own, &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let seen = up.script.requests();
+    assert_eq!(seen.len(), 2, "the 503 is retried on the other key");
+    let keys: Vec<_> = seen.iter().map(|s| s.headers.get("authorization").cloned().unwrap_or_default()).collect();
+    assert!(keys.contains(&"Bearer sk-one".to_owned()) && keys.contains(&"Bearer sk-two".to_owned()), "{keys:?}");
+    for s in &seen {
+        assert!(!s.headers.contains_key("cookie") && !s.headers.contains_key("x-client-note"), "{:?}", s.headers);
+        assert!(s.headers.values().all(|v| !v.contains("client-")), "{:?}", s.headers);
+    }
+}

@@ -39,15 +39,26 @@ pub fn not_an_object() -> ProxyError {
 
 /// Reads a request body (not empty), enforcing the size and time limits.
 pub async fn read_body(req: Request<Incoming>, max: u64, deadline: Duration) -> Result<Bytes, ProxyError> {
-    let declared = req
-        .headers()
+    read_body_keeping_headers(req, max, deadline).await.map(|(bytes, _)| bytes)
+}
+
+/// [`read_body`], giving back the request's header map too: the request path sends its
+/// upstream request with it (cleared), so that no map is made per request.
+pub async fn read_body_keeping_headers(
+    req: Request<Incoming>,
+    max: u64,
+    deadline: Duration,
+) -> Result<(Bytes, http::HeaderMap), ProxyError> {
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max) {
         return Err(too_large(max));
     }
-    let collected = tokio::time::timeout(deadline, whole(Limited::new(req.into_body(), max as usize))).await;
+    let collected = tokio::time::timeout(deadline, whole(Limited::new(body, max as usize))).await;
     let Ok(collected) = collected else {
         return Err(ProxyError::new(
             Source::Downstream,
@@ -66,7 +77,7 @@ pub async fn read_body(req: Request<Incoming>, max: u64, deadline: Duration) -> 
     if bytes.is_empty() {
         return Err(ProxyError::bad_request("empty_body", "the request body is empty; send a JSON object"));
     }
-    Ok(bytes)
+    Ok((bytes, parts.headers))
 }
 
 /// A body's data, whole (its trailers, if any, are dropped). A body that comes in one frame,

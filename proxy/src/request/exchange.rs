@@ -270,6 +270,9 @@ pub struct Prepared {
     pub format: Format,
     /// Whether it asks for a stream (a Gemini provider's URL says so, not its body).
     pub stream: bool,
+    /// A header map to send the next upstream request with (the client's, once read), so that
+    /// the first attempt makes none.
+    pub spare_headers: Option<http::HeaderMap>,
 }
 
 impl Prepared {
@@ -374,7 +377,7 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
         fresh
     });
     let query = if native { inb.query.clone() } else { None };
-    Ok(Prepared { body, raw, model_at, dropped, headers, query, format, stream: inb.stream })
+    Ok(Prepared { body, raw, model_at, dropped, headers, query, format, stream: inb.stream, spare_headers: None })
 }
 
 /// A chat request in a format that is reached through chat (Responses, Gemini).

@@ -4,7 +4,7 @@
 //! refuse (`refuse`).
 
 use crate::edge::auth::Client;
-use crate::edge::body::{invalid_json, json_object, not_an_object, read_body};
+use crate::edge::body::{invalid_json, json_object, not_an_object, read_body_keeping_headers};
 use crate::edge::errors::{Body, ProxyError};
 use crate::edge::head::{BadBody, Head};
 use crate::request::dispatch::dispatch;
@@ -52,7 +52,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
             Err(e) => return e.into_response_as(shape),
         },
     };
-    let raw = match read_body(
+    let (raw, spare_headers) = match read_body_keeping_headers(
         req,
         gw.config.server.max_body_bytes,
         Duration::from_millis(gw.config.server.body_read_timeout_ms),
@@ -73,6 +73,10 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Ok(x) => x,
         Err(e) => return e.into_response_as(shape),
     };
+    // The client's header map, read and done with, carries the first upstream request's.
+    if let Some(p) = preps.iter_mut().flatten().next() {
+        p.spare_headers = Some(spare_headers);
+    }
     let mut resp = match plan.multi.clone() {
         // Both boxed: a multi-call's future is large and rare, and the dispatch's would
         // otherwise be moved with this one's and the route's into place per request (one

@@ -45,9 +45,16 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     let mut req = Request::new(Full::new(body));
     *req.method_mut() = http::Method::POST;
     *req.uri_mut() = uri;
+    if let Some(mut spare) = prep.spare_headers.take() {
+        spare.clear();
+        *req.headers_mut() = spare;
+    }
     let h = req.headers_mut();
-    // Room for every header this request may carry, so that the map grows once.
-    h.reserve(8 + prep.headers.len());
+    // Room for every header this request may carry (host, content type, accept, credential,
+    // the client's API headers, the slow lane's, an OAuth account's three), so that the map
+    // grows at most once, and a reused map of the usual size not at all.
+    let oauth = gw.config.connections[t.connection].oauth.is_some();
+    h.reserve(4 + prep.headers.len() + usize::from(slow) + if oauth { 3 } else { 0 });
     if let Some(host) = gw.endpoints.host(t.provider) {
         h.insert(http::header::HOST, host.clone());
     }
