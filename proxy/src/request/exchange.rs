@@ -270,12 +270,24 @@ pub struct Prepared {
     pub format: Format,
     /// Whether it asks for a stream (a Gemini provider's URL says so, not its body).
     pub stream: bool,
-    /// A header map to send the next upstream request with (the client's, once read), so that
-    /// the first attempt makes none.
-    pub spare_headers: Option<http::HeaderMap>,
+    /// An empty header map to send the next upstream request with (the client's, once read and
+    /// emptied by [`Prepared::lend_headers`]), so that the first attempt makes none.
+    spare_headers: Option<http::HeaderMap>,
 }
 
 impl Prepared {
+    /// Keeps `map`'s room for the next upstream request. It is emptied here, on the way in, so
+    /// that nothing of the client's headers is held or sent.
+    pub fn lend_headers(&mut self, mut map: http::HeaderMap) {
+        map.clear();
+        self.spare_headers = Some(map);
+    }
+
+    /// The lent map (empty), if it was not used yet.
+    pub fn take_headers(&mut self) -> Option<http::HeaderMap> {
+        self.spare_headers.take()
+    }
+
     /// The body for one target's model.
     pub fn body_for(&mut self, model: &str) -> Result<Bytes, serde_json::Error> {
         if self.format == Format::Gemini {

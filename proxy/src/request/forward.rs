@@ -75,7 +75,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
     };
     // The client's header map, read and done with, carries the first upstream request's.
     if let Some(p) = preps.iter_mut().flatten().next() {
-        p.spare_headers = Some(spare_headers);
+        p.lend_headers(spare_headers);
     }
     let mut resp = match plan.multi.clone() {
         // Both boxed: a multi-call's future is large and rare, and the dispatch's would

@@ -45,8 +45,7 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     let mut req = Request::new(Full::new(body));
     *req.method_mut() = http::Method::POST;
     *req.uri_mut() = uri;
-    if let Some(mut spare) = prep.spare_headers.take() {
-        spare.clear();
+    if let Some(spare) = prep.take_headers() {
         *req.headers_mut() = spare;
     }
     let h = req.headers_mut();
