@@ -60,7 +60,19 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
         (Some(_), _) => return admin::method_not_allowed(req.uri().path(), "POST"),
         (None, _) => {}
     }
-    // Owned only here, past the request path: the routes below may take the request.
+    // Boxed, as every path rarer than the request path is (see `google` above).
+    Box::pin(operator(serving, gw, req, method)).await
+}
+
+/// Every endpoint but the APIs' requests: models, health, metrics, the operator's API and
+/// dashboard. The peer has been checked.
+async fn operator<C: Connect + Clone + Send + Sync + 'static>(
+    serving: &Serving<C>,
+    gw: Arc<Gateway<C>>,
+    req: Request<Incoming>,
+    method: Method,
+) -> Response<Body> {
+    // Owned: some routes take the request.
     let path = req.uri().path().to_owned();
     match (path.as_str(), &method) {
         ("/v1/models", &Method::GET) => match auth::client(&gw.config, req.headers(), true) {
