@@ -123,11 +123,16 @@ mod tests {
     use super::check_hosts;
     use scenarios::scenario::Scenario;
 
-    fn with_fault(fault: &str) -> Result<(), String> {
+    /// `check_hosts` of a scenario with one replica beside the gateway and `rest` at its end.
+    fn checked(rest: &str) -> Result<(), String> {
         let text = format!(
-            "description = \"d\"\nmechanisms = []\nduration_ms = 10\nreplicas = [\"gateway-b\"]\ngateway = \"\"\n\n[[faults]]\nat_ms = 1\n{fault}\n"
+            "description = \"d\"\nmechanisms = []\nduration_ms = 10\nreplicas = [\"gateway-b\"]\ngateway = \"\"\n\n{rest}\n"
         );
         check_hosts(&Scenario::from_toml_str(&text, "t")?)
+    }
+
+    fn with_fault(fault: &str) -> Result<(), String> {
+        checked(&format!("[[faults]]\nat_ms = 1\n{fault}"))
     }
 
     #[test]
@@ -144,10 +149,7 @@ mod tests {
     }
 
     fn with_abort(abort: &str) -> Result<(), String> {
-        let text = format!(
-            "description = \"d\"\nmechanisms = []\nduration_ms = 10\ngateway = \"\"\n\n[[workload]]\nclient = \"c\"\n{abort}\n"
-        );
-        check_hosts(&Scenario::from_toml_str(&text, "t")?)
+        checked(&format!("[[workload]]\nclient = \"c\"\n{abort}"))
     }
 
     #[test]
