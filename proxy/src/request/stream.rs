@@ -178,6 +178,7 @@ pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
         idle: Box::pin(tokio::time::sleep(to.idle_budget)),
         idle_budget: to.idle_budget,
         last_frame: tokio::time::Instant::now(),
+        armed: None,
         // Room for the events of a few chunks: the queue grows once, not step by step.
         out: std::collections::VecDeque::with_capacity(16),
         fin: Some(fin),
@@ -213,6 +214,9 @@ struct RelayBody<C: Connect + Clone + Send + Sync + 'static> {
     idle: std::pin::Pin<Box<tokio::time::Sleep>>,
     idle_budget: std::time::Duration,
     last_frame: tokio::time::Instant,
+    /// The waker the silence timer holds (it was last polled with it): while the client's
+    /// connection polls with the same one and the timer has not fired, it is not polled again.
+    armed: Option<std::task::Waker>,
     /// What the client gets next, in order.
     out: std::collections::VecDeque<Bytes>,
     /// `None` once the stream has ended (finalised).
@@ -303,9 +307,17 @@ impl<C: Connect + Clone + Send + Sync + 'static> hyper::body::Body for RelayBody
                 Poll::Pending => {
                     // The timer is armed for the budget after some earlier frame; when it fires
                     // and frames came since, it is moved to the budget after the last one (not
-                    // re-armed per frame).
+                    // re-armed per frame). Armed with this task's waker and not yet fired, it
+                    // needs no poll: it wakes the task when it fires.
+                    let same = this.armed.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
+                    if same && !this.idle.is_elapsed() {
+                        return Poll::Pending;
+                    }
                     loop {
                         if this.idle.as_mut().poll(cx).is_pending() {
+                            if !same {
+                                this.armed = Some(cx.waker().clone());
+                            }
                             return Poll::Pending;
                         }
                         let deadline = this.last_frame + this.idle_budget;
