@@ -1,0 +1,132 @@
+//! The gateway's own CPU time per proxied request, the figure the cost targets are set in.
+//!
+//! The gateway (the bare pass-through, the minimal gateway or ferroute) runs alone on a thread
+//! of its own with its own runtime, pinned to one core; the client and the scripted upstream
+//! share the main thread, pinned to the other. The gateway thread's CPU clock
+//! (`CLOCK_THREAD_CPUTIME_ID`: user and system time, so the kernel's socket work for the
+//! gateway's two connections is counted, as a CPU target must) is read before and after COUNT
+//! sequential requests: the difference divided by COUNT is one request's, with nothing
+//! subtracted. `scripts/gateway-cpu` alternates the hops over several rounds and prints the
+//! medians and the ratios to the minimal gateway's.
+
+use clap::Parser;
+use load::{bench_model, bench_upstream, body, sequential, start_gateway, start_minimal, start_passthrough};
+use nix::sched::{CpuSet, sched_setaffinity};
+use nix::time::{ClockId, clock_gettime};
+use nix::unistd::Pid;
+use scenarios::serve_upstream;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The gateway measured.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Target {
+    /// The bare hyper pass-through.
+    Passthrough,
+    /// The minimal gateway (reads the body for `model`, picks one of 8 keys round robin, sets
+    /// its key and counts the request): the yardstick.
+    Minimal,
+    /// Ferroute, chat requests to an OpenAI-format provider with 8 keys round robin.
+    Same,
+}
+
+/// Print the gateway thread's CPU time per request.
+#[derive(Parser, Debug)]
+#[command(name = "cpu")]
+struct Cli {
+    /// The gateway.
+    #[arg(long, value_enum)]
+    target: Target,
+    /// Stream the answers (SSE).
+    #[arg(long)]
+    stream: bool,
+    /// Requests measured (after a warm-up of COUNT/10, at least 200).
+    #[arg(long, default_value_t = 10_000)]
+    count: usize,
+    /// Pin the gateway and the client to two cores (off: let the kernel place them).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pin: bool,
+}
+
+/// Pins the calling thread to `core` (best effort: a machine with one core keeps its placement).
+fn pin_to(core: usize) {
+    let mut set = CpuSet::new();
+    if set.set(core).is_ok() && sched_setaffinity(Pid::from_raw(0), &set).is_err() {
+        eprintln!("could not pin a thread to core {core}; measuring unpinned");
+    }
+}
+
+/// The calling thread's CPU time, in nanoseconds.
+fn thread_cpu_ns() -> anyhow::Result<i128> {
+    let t = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)?;
+    Ok(i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec()))
+}
+
+/// Starts the target on a thread of its own; returns its address and its runtime's handle.
+async fn start_alone(
+    target: Target,
+    up: SocketAddr,
+    pin: bool,
+    data: std::path::PathBuf,
+) -> anyhow::Result<(SocketAddr, tokio::runtime::Handle)> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("gateway".into()).spawn(move || {
+        if pin {
+            pin_to(1);
+        }
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = tx.send(Err(anyhow::Error::from(e)));
+                return;
+            }
+        };
+        let handle = rt.handle().clone();
+        rt.block_on(async move {
+            let addr = match target {
+                Target::Passthrough => start_passthrough(up).await,
+                Target::Minimal => start_minimal(up).await,
+                Target::Same => start_gateway(Some(up), &data).await,
+            };
+            let _ = tx.send(addr.map(|a| (a, handle)));
+            // The gateway's tasks run on this thread until the process exits.
+            std::future::pending::<()>().await
+        });
+    })?;
+    rx.await?
+}
+
+/// The gateway thread's CPU time, read on that thread.
+async fn gateway_cpu_ns(gw: &tokio::runtime::Handle) -> anyhow::Result<i128> {
+    gw.spawn(async { thread_cpu_ns() }).await?
+}
+
+// The client and the upstream on one thread (the gateway has its own).
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    anyhow::ensure!(cli.count > 0, "--count must be at least 1");
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let pin = cli.pin && cores >= 2;
+    if pin {
+        pin_to(0);
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let up = listener.local_addr()?;
+    tokio::spawn(serve_upstream(listener, Arc::new(bench_upstream())));
+    let data = std::env::temp_dir().join(format!("ferroute-cpu-{}", std::process::id()));
+    let (addr, gw) = start_alone(cli.target, up, pin, data.clone()).await?;
+    let prefix = if matches!(cli.target, Target::Same) { "bench/" } else { "" };
+    let url = format!("http://{addr}/v1/chat/completions");
+    let b = body(&bench_model(prefix, cli.stream), cli.stream);
+    sequential(&url, b.clone(), (cli.count / 10).max(200)).await;
+    let (gw0, main0) = (gateway_cpu_ns(&gw).await?, thread_cpu_ns()?);
+    let ok = sequential(&url, b, cli.count).await;
+    let (gw1, main1) = (gateway_cpu_ns(&gw).await?, thread_cpu_ns()?);
+    let _ = std::fs::remove_dir_all(&data);
+    anyhow::ensure!(ok == cli.count, "{} of {} requests failed", cli.count - ok, cli.count);
+    let per = |a: i128, b: i128| (b - a) as f64 / cli.count as f64 / 1000.0;
+    // One line: the gateway's microseconds a request, then the client's and upstream's.
+    println!("{:.3} {:.3}", per(gw0, gw1), per(main0, main1));
+    Ok(())
+}
