@@ -301,6 +301,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> hyper::body::Body for RelayBody
                     let now = crate::state::clock::now();
                     this.last_frame = tokio::time::Instant::from_std(now);
                     if let Ok(data) = frame.into_data() {
+                        if this.parser.is_none() {
+                            // Nothing reads it, and nothing is queued before it (the queue is
+                            // empty when the upstream is polled): it goes out as it came.
+                            return Poll::Ready(Some(Ok(hyper::body::Frame::data(data))));
+                        }
                         this.frame(data, now);
                     }
                 }
