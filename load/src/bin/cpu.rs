@@ -138,3 +138,49 @@ async fn main() -> anyhow::Result<()> {
     println!("{:.3} {:.3} {:.3}", per(gw0.0, gw1.0), per(main0.0, main1.0), per(gw0.1, gw1.1));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spins this thread for `ms` milliseconds of wall time.
+    fn spin(ms: u64) {
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(ms) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
+
+    #[test]
+    fn the_thread_clocks_count_this_threads_work_only() -> anyhow::Result<()> {
+        let (cpu0, user0) = thread_cpu_ns()?;
+        // Another thread's work is not this thread's.
+        std::thread::spawn(|| spin(60)).join().ok();
+        let (cpu1, _) = thread_cpu_ns()?;
+        spin(60);
+        let (cpu2, user2) = thread_cpu_ns()?;
+        assert!(cpu1 - cpu0 < 20_000_000, "another thread's work was counted: {} ns", cpu1 - cpu0);
+        assert!(cpu2 - cpu1 >= 40_000_000, "60 ms of spinning counted as {} ns", cpu2 - cpu1);
+        assert!(user2 > user0, "the spin's user time was not counted");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_gateway_on_its_own_thread_answers_and_its_clock_moves() -> anyhow::Result<()> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let up = listener.local_addr()?;
+        tokio::spawn(serve_upstream(listener, Arc::new(bench_upstream())));
+        let data = tempfile::tempdir()?;
+        for target in [Target::Passthrough, Target::Minimal, Target::Same] {
+            let (addr, gw) = start_alone(target, up, false, data.path().join(format!("{target:?}"))).await?;
+            let prefix = if matches!(target, Target::Same) { "bench/" } else { "" };
+            let url = format!("http://{addr}/v1/chat/completions");
+            let before = gateway_cpu_ns(&gw).await?.0;
+            assert_eq!(sequential(&url, body(&bench_model(prefix, false), false), 20).await, 20, "{target:?}");
+            let after = gateway_cpu_ns(&gw).await?.0;
+            assert!(after > before, "{target:?}: the gateway thread's clock did not move");
+        }
+        Ok(())
+    }
+}
