@@ -145,7 +145,7 @@ mod tests {
 
     /// Spins this thread for `ms` milliseconds of wall time.
     fn spin(ms: u64) {
-        let start = std::time::Instant::now();
+        let start = tokio::time::Instant::now();
         let mut x = 0u64;
         while start.elapsed() < std::time::Duration::from_millis(ms) {
             x = std::hint::black_box(x.wrapping_add(1));
@@ -156,7 +156,7 @@ mod tests {
     fn the_thread_clocks_count_this_threads_work_only() -> anyhow::Result<()> {
         let (cpu0, user0) = thread_cpu_ns()?;
         // Another thread's work is not this thread's.
-        std::thread::spawn(|| spin(60)).join().ok();
+        std::thread::Builder::new().spawn(|| spin(60))?.join().ok();
         let (cpu1, _) = thread_cpu_ns()?;
         spin(60);
         let (cpu2, user2) = thread_cpu_ns()?;
