@@ -143,26 +143,30 @@ async fn main() -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    /// Spins this thread for `ms` milliseconds of wall time.
-    fn spin(ms: u64) {
-        let start = tokio::time::Instant::now();
+    /// Spins until the calling thread's clock has counted `ms` milliseconds of its work (mostly
+    /// user time: many steps between two readings); fails if that takes ten seconds.
+    fn spin(ms: i128) -> anyhow::Result<()> {
+        let (start, wall) = (thread_cpu_ns()?.0, tokio::time::Instant::now());
         let mut x = 0u64;
-        while start.elapsed() < std::time::Duration::from_millis(ms) {
-            x = std::hint::black_box(x.wrapping_add(1));
+        while thread_cpu_ns()?.0 - start < ms * 1_000_000 {
+            for _ in 0..50_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            anyhow::ensure!(wall.elapsed() < std::time::Duration::from_secs(10), "the thread clock does not count");
         }
+        Ok(())
     }
 
     #[test]
     fn the_thread_clocks_count_this_threads_work_only() -> anyhow::Result<()> {
         let (cpu0, user0) = thread_cpu_ns()?;
-        // Another thread's work is not this thread's.
-        std::thread::Builder::new().spawn(|| spin(60))?.join().ok();
+        // Another thread's work is not this thread's (this one waits, idle, for it).
+        std::thread::Builder::new().spawn(|| spin(60))?.join().map_err(|_| anyhow::anyhow!("the spin panicked"))??;
         let (cpu1, _) = thread_cpu_ns()?;
-        spin(60);
-        let (cpu2, user2) = thread_cpu_ns()?;
         assert!(cpu1 - cpu0 < 20_000_000, "another thread's work was counted: {} ns", cpu1 - cpu0);
-        assert!(cpu2 - cpu1 >= 40_000_000, "60 ms of spinning counted as {} ns", cpu2 - cpu1);
-        assert!(user2 > user0, "the spin's user time was not counted");
+        spin(60)?;
+        let (_, user2) = thread_cpu_ns()?;
+        assert!(user2 > user0, "60 ms of spinning left the thread's user time where it was");
         Ok(())
     }
 
