@@ -232,15 +232,16 @@ impl<C: Connect + Clone + Send + Sync + 'static> RelayBody<C> {
         }
     }
 
-    /// One upstream data frame, arrived at `now`.
-    fn frame(&mut self, data: Bytes, now: std::time::Instant) {
-        let Some(fin) = self.fin.as_mut() else { return };
+    /// One upstream data frame, arrived at `now`. A frame nothing reads is given back, to go to
+    /// the client as it came (nothing is queued before it: the queue is empty whenever the
+    /// upstream is polled); anything else is queued.
+    fn frame(&mut self, data: Bytes, now: std::time::Instant) -> Option<Bytes> {
+        let fin = self.fin.as_mut()?;
         let mut abort = false;
         let mut events = 0u64;
         let Some(parser) = self.parser.as_mut() else {
             // Nothing reads the trace either: it needs no timing.
-            self.out.push_back(data);
-            return;
+            return Some(data);
         };
         let (watchdog, down) = (&mut self.watchdog, &mut self.down);
         let trace = &mut fin.attempt.trace;
@@ -266,6 +267,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> RelayBody<C> {
             let last = self.down.error(STREAM_THROUGHPUT_TOO_LOW, "the upstream stream was too slow and was aborted");
             self.end(StreamEnd::TooSlow, last);
         }
+        None
     }
 }
 
@@ -300,13 +302,10 @@ impl<C: Connect + Clone + Send + Sync + 'static> hyper::body::Body for RelayBody
                     // One reading of the gateway's clock serves the silence timer and the frame.
                     let now = crate::state::clock::now();
                     this.last_frame = tokio::time::Instant::from_std(now);
-                    if let Ok(data) = frame.into_data() {
-                        if this.parser.is_none() {
-                            // Nothing reads it, and nothing is queued before it (the queue is
-                            // empty when the upstream is polled): it goes out as it came.
-                            return Poll::Ready(Some(Ok(hyper::body::Frame::data(data))));
-                        }
-                        this.frame(data, now);
+                    if let Ok(data) = frame.into_data()
+                        && let Some(data) = this.frame(data, now)
+                    {
+                        return Poll::Ready(Some(Ok(hyper::body::Frame::data(data))));
                     }
                 }
                 Poll::Pending => {
