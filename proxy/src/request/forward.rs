@@ -10,7 +10,7 @@ use crate::edge::head::{BadBody, Head};
 use crate::request::dispatch::dispatch;
 use crate::request::exchange::untranslatable;
 use crate::request::exchange::{self, ApiHeaders, Inbound};
-use crate::request::plan::plan;
+use crate::request::plan::{plan, slot};
 use crate::state::gateway::Gateway;
 use crate::translate::ClientApi;
 use bytes::Bytes;
@@ -73,8 +73,10 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         Ok(x) => x,
         Err(e) => return e.into_response_as(shape),
     };
-    // The client's header map, read and done with, carries the first upstream request's.
-    if let Some(p) = preps.iter_mut().flatten().next() {
+    // The client's header map, read and done with, carries an upstream request: it is lent to
+    // the request prepared for the plan's first target's format (a plan that is no combo has
+    // one format; a combo's first attempt usually goes to that target).
+    if let Some(p) = plan.targets.first().and_then(|t| preps[slot(gw.parts(t).0.format)].as_mut()) {
         p.lend_headers(spare_headers);
     }
     let mut resp = match plan.multi.clone() {
