@@ -123,16 +123,15 @@ mod tests {
     use super::check_hosts;
     use scenarios::scenario::Scenario;
 
-    /// `check_hosts` of a scenario with one replica beside the gateway and `rest` at its end.
+    /// `check_hosts` of a scenario that is only a gateway and `rest` at its end.
     fn checked(rest: &str) -> Result<(), String> {
-        let text = format!(
-            "description = \"d\"\nmechanisms = []\nduration_ms = 10\nreplicas = [\"gateway-b\"]\ngateway = \"\"\n\n{rest}\n"
-        );
+        let text = format!("description = \"d\"\nmechanisms = []\nduration_ms = 10\ngateway = \"\"\n{rest}\n");
         check_hosts(&Scenario::from_toml_str(&text, "t")?)
     }
 
+    /// One fault, in a scenario with one replica beside the gateway.
     fn with_fault(fault: &str) -> Result<(), String> {
-        checked(&format!("[[faults]]\nat_ms = 1\n{fault}"))
+        checked(&format!("replicas = [\"gateway-b\"]\n\n[[faults]]\nat_ms = 1\n{fault}"))
     }
 
     #[test]
@@ -149,7 +148,7 @@ mod tests {
     }
 
     fn with_abort(abort: &str) -> Result<(), String> {
-        checked(&format!("[[workload]]\nclient = \"c\"\n{abort}"))
+        checked(&format!("\n[[workload]]\nclient = \"c\"\n{abort}"))
     }
 
     #[test]
