@@ -6,7 +6,7 @@ use ferroute_core::classify::{ErrorInput, classify};
 use ferroute_core::engine::{AttemptOutcome, Candidate, Engine, Route, Selection, Strategy, Traits};
 use ferroute_core::settings::ResilienceSettings;
 use ferroute_core::tried::Tried;
-use ferroute_core::types::ProviderClass;
+use ferroute_core::types::{Format, ProviderClass};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -90,6 +90,8 @@ fn decision(c: &mut Criterion) {
         b.iter(|| {
             let input = ErrorInput {
                 provider: "agentrouter",
+                provider_id: "agentrouter",
+                format: Format::Openai,
                 class: ProviderClass::ApiKey,
                 status: 403,
                 headers: HEADERS,
@@ -112,6 +114,8 @@ fn pieces(c: &mut Criterion) {
         b.iter(|| {
             let input = ErrorInput {
                 provider: "openai",
+                provider_id: "openai",
+                format: Format::Openai,
                 class: ProviderClass::ApiKey,
                 status: 429,
                 headers: HEADERS,

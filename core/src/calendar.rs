@@ -45,6 +45,16 @@ pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
 }
 
 /// The civil year of a day count.
+/// The time from `wall_ms` (Unix ms) to the first instant of the next month, UTC (monthly caps
+/// reset then).
+pub fn until_next_month_utc(wall_ms: u64) -> Duration {
+    let now = i64::try_from(wall_ms).unwrap_or(i64::MAX);
+    let (y, m, _) = civil_from_days(now.div_euclid(86_400_000));
+    let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    let next = days_from_civil(ny, nm, 1).saturating_mul(86_400_000);
+    Duration::from_millis(u64::try_from(next.saturating_sub(now)).unwrap_or(0))
+}
+
 fn year_of(days: i64) -> i64 {
     civil_from_days(days).0
 }

@@ -4,23 +4,27 @@
 use super::*;
 use crate::classify::{CooldownProfile, ErrorInput, classify};
 use crate::testutil::t0;
-use crate::types::ProviderClass;
+use crate::types::{Format, ProviderClass};
 use proptest::prelude::*;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 
 fn api_profile() -> CooldownProfile {
-    CooldownProfile { base: S(3), max_steps: 5, cap: S(1800), use_hints: true }
+    CooldownProfile { base: S(3), max_steps: 5, cap: S(1800), use_hints: true, stated_cap: S(8 * 86_400) }
 }
 
 fn decide(class: ProviderClass, status: u16, headers: &[(&str, &str)], body: &str, level: u32) -> Decision {
     let profile = match class {
-        ProviderClass::OAuth => CooldownProfile { base: S(5), max_steps: 8, cap: S(1800), use_hints: false },
+        ProviderClass::OAuth => {
+            CooldownProfile { base: S(5), max_steps: 8, cap: S(1800), use_hints: false, stated_cap: S(8 * 86_400) }
+        }
         _ => api_profile(),
     };
     classify(
         &ErrorInput {
             provider: "p",
+            provider_id: "p",
+            format: Format::Openai,
             class,
             status,
             headers,

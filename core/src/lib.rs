@@ -31,6 +31,7 @@ pub mod strategy;
 pub mod timeline;
 pub mod tried;
 pub mod types;
+pub mod unsuited;
 pub mod usage_limit;
 pub mod watchdog;
 

@@ -29,9 +29,15 @@ impl Tried {
     pub fn failed(&mut self, index: usize, connection: &str, decision: Option<&Decision>) {
         self.candidates.insert(index);
         self.attempts = self.attempts.saturating_add(1);
-        if decision.is_some_and(|d| d.connection != ConnectionEffect::None) {
+        // A credential that cannot serve this client cannot serve its other targets either.
+        if decision.is_some_and(|d| d.connection != ConnectionEffect::None || d.unsuited) {
             self.exhausted.insert(connection.to_owned());
         }
+    }
+
+    /// Skips `connection` for the rest of the request (it refused this kind of client lately).
+    pub fn exhaust(&mut self, connection: &str) {
+        self.exhausted.insert(connection.to_owned());
     }
 
     /// Whether candidate `index` was tried.

@@ -102,6 +102,42 @@ impl fmt::Display for Reason {
     }
 }
 
+/// The wire format a provider speaks. Classification reads answers by it (and by the
+/// provider's class), never by the id an operator gave the provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// OpenAI Chat Completions.
+    #[default]
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+    /// The OpenAI Responses API (`POST {base}/responses`).
+    Responses,
+    /// Google's Generative Language API (`{base}/models/{model}:generateContent`).
+    Gemini,
+}
+
+impl Format {
+    /// Every format, in config order.
+    pub const ALL: [Format; 4] = [Format::Openai, Format::Anthropic, Format::Responses, Format::Gemini];
+
+    /// Its name in the config, metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Openai => "openai",
+            Format::Anthropic => "anthropic",
+            Format::Responses => "responses",
+            Format::Gemini => "gemini",
+        }
+    }
+
+    /// The format named `name` (as [`Format::name`] writes it).
+    pub fn parse(name: &str) -> Option<Format> {
+        Format::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
 /// What a rule's lock applies to (M12).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -7,7 +7,7 @@
 use ferroute_core::classify::{ConnectionEffect, CooldownProfile, ErrorInput, classify, is_provider_level_status};
 use ferroute_core::hint::MAX_HINT;
 use ferroute_core::settings::OperatorErrorRule;
-use ferroute_core::types::{ProviderClass, Reason, Scope};
+use ferroute_core::types::{Format, ProviderClass, Reason, Scope};
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     let (head, body) = text.split_once("\n\n").unwrap_or(("", &text));
     let headers: Vec<(&str, &str)> = head.lines().filter_map(|l| l.split_once(':')).collect();
     let cooldown =
-        CooldownProfile { base: Duration::from_secs(3), max_steps: 5, cap: Duration::from_secs(1800), use_hints: true };
+        CooldownProfile { base: Duration::from_secs(3), max_steps: 5, cap: Duration::from_secs(1800), use_hints: true, stated_cap: Duration::from_secs(8 * 86_400) };
     let operator = [OperatorErrorRule {
         provider: profile.to_owned(),
         statuses: vec![status],
@@ -37,6 +37,8 @@ fuzz_target!(|data: &[u8]| {
     for rules in [&operator[..0], &operator[..]] {
         let input = ErrorInput {
             provider: profile,
+            provider_id: profile,
+            format: Format::Openai,
             class,
             status,
             headers: &headers,

@@ -9,6 +9,7 @@
 
 pub mod answer;
 pub mod collector;
+pub mod corpus;
 pub mod dialect;
 mod expectations;
 mod http_host;

@@ -158,3 +158,33 @@ fn a_scenario_naming_an_unknown_host_is_reported_not_a_panic() {
     s2.upstreams[1].host = "up-a".into();
     assert!(run(&s2, 1).violations[0].what.contains("defined twice"));
 }
+
+/// The swarm meets real answers: its seeds draw answers of the corpus as faults (each format's
+/// that heal within the liveness bound), and the first seeds that draw them stay safe and heal.
+#[test]
+fn swarm_seeds_meet_real_answers_stay_safe_and_heal() {
+    for format in ["openai", "anthropic"] {
+        let n = swarm::answers::drawable(format, false).len();
+        assert!(n >= 10, "only {n} {format} answers of the corpus are drawable");
+    }
+    let mut met = std::collections::BTreeSet::new();
+    let mut runs = Vec::new();
+    for seed in 1..=40 {
+        let s = swarm::generate(seed);
+        let drawn = swarm::answers::drawn(&s);
+        if !drawn.is_empty() && runs.len() < 3 {
+            runs.push((seed, s));
+        }
+        met.extend(drawn);
+    }
+    assert!(met.len() >= 20, "40 seeds met only {} corpus answers: {met:?}", met.len());
+    let mut failures = Vec::new();
+    for (seed, s) in &runs {
+        let r = run(s, *seed);
+        if !r.passed() {
+            eprint!("{}", report::failure(&r));
+            failures.push(r.replay_command());
+        }
+    }
+    assert!(failures.is_empty(), "swarm seeds with real answers failed:\n{}", failures.join("\n"));
+}

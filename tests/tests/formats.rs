@@ -230,7 +230,9 @@ async fn upstream_errors_reach_each_client_in_its_own_shape_with_status_and_retr
         &[("retry-after", "9")],
         r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#,
     );
-    let broken = Behaviour::stream(vec![SseEvent::text(0, "par")], true);
+    // Its first event arrives whole before the break (a stream that breaks before any content
+    // is a failure the gateway falls back from, not a broken answer).
+    let broken = Behaviour::stream(vec![SseEvent::text(0, "par"), SseEvent::text(100, "t")], true);
     let up = upstream(
         ScriptedUpstream::new()
             .route("limited", Script::always(rate_limited_ant))

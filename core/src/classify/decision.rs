@@ -2,7 +2,7 @@
 //! output (the decision: status for the client, fallback, breaker, connection and lockout).
 
 use crate::hint::HintSource;
-use crate::types::{ProviderClass, Reason, Scope, TerminalState, scaled};
+use crate::types::{Format, ProviderClass, Reason, Scope, TerminalState, scaled};
 use std::time::Duration;
 
 /// The connection cooldown ladder of one provider class (M3), as classification uses it.
@@ -16,6 +16,8 @@ pub struct CooldownProfile {
     pub cap: Duration,
     /// Whether upstream retry hints replace the ladder.
     pub use_hints: bool,
+    /// The longest wait a usage limit's stated end sets (`max_stated_reset_ms`), hints or not.
+    pub stated_cap: Duration,
 }
 
 impl CooldownProfile {
@@ -33,8 +35,13 @@ impl CooldownProfile {
 /// Everything classification looks at.
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorInput<'a> {
-    /// The provider's rule profile (its id, or the profile it declares, e.g. `agentrouter`).
+    /// The provider's rule profile: the one it declares (e.g. `agentrouter`), else one its
+    /// format and class imply (`claude`, `codex`, `gemini`, or the format's name).
     pub provider: &'a str,
+    /// The provider's id, as the operator named it: only operator rules read it.
+    pub provider_id: &'a str,
+    /// The provider's wire format.
+    pub format: Format,
     /// The provider's class.
     pub class: ProviderClass,
     /// The upstream status.
@@ -107,4 +114,7 @@ pub struct Decision {
     pub rule_id: Option<String>,
     /// The lockout this failure suggests.
     pub lock: LockSuggestion,
+    /// The credential cannot serve this client kind (or this request's shape): the connection
+    /// is not penalised, and is not asked again for the same client kind for a while.
+    pub unsuited: bool,
 }

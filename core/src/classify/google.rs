@@ -5,7 +5,7 @@
 //! per-minute 429 says "You exceeded your current quota, please check your plan and billing
 //! details", the same words as an OpenAI account that is out of credits.
 
-use crate::types::Reason;
+use crate::types::{Reason, TerminalState};
 
 /// What a matched rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +21,8 @@ pub enum Effect {
     InvalidKey,
     /// The key may not use this model: that model is locked on the connection.
     ModelDenied,
+    /// The key, its project or its region cannot be served at all: the connection ends.
+    Ended(TerminalState),
 }
 
 /// One rule: statuses, the `error.status` it requires, markers of which one must appear in
@@ -46,6 +48,44 @@ pub const GOOGLE_PROFILES: &[&str] = &["gemini"];
 
 /// The rules, first match wins.
 pub const GOOGLE_RULES: &[GoogleRule] = &[
+    // "Your prepayment credits are depleted." (429, since 2026 also 402): the billing
+    // account, not a window.
+    GoogleRule {
+        id: "gemini-prepayment-depleted",
+        statuses: &[402, 429],
+        rpc_status: "RESOURCE_EXHAUSTED",
+        markers: &["prepayment credits are depleted"],
+        reason: Reason::QuotaExhausted,
+        effect: Effect::Ended(TerminalState::CreditsExhausted),
+    },
+    // Key-wide refusals (every model fails alike): a leaked or blocked key, a call without one.
+    GoogleRule {
+        id: "gemini-key-refused",
+        statuses: &[403],
+        rpc_status: "PERMISSION_DENIED",
+        markers: &["reported as leaked", "api_key_service_blocked", "unregistered callers"],
+        reason: Reason::AuthError,
+        effect: Effect::Ended(TerminalState::Expired),
+    },
+    // The project: suspended, or the API disabled for it.
+    GoogleRule {
+        id: "gemini-project-refused",
+        statuses: &[403],
+        rpc_status: "PERMISSION_DENIED",
+        markers: &["consumer_suspended", "has been suspended", "service_disabled", "has not been used in project"],
+        reason: Reason::AuthError,
+        effect: Effect::Ended(TerminalState::Banned),
+    },
+    // "User location is not supported for the API use.", "… free tier is not available in your
+    // country": the egress's region.
+    GoogleRule {
+        id: "gemini-region-refused",
+        statuses: &[400, 403],
+        rpc_status: "FAILED_PRECONDITION",
+        markers: &["location is not supported", "not available in your country"],
+        reason: Reason::AuthError,
+        effect: Effect::Ended(TerminalState::Banned),
+    },
     // `quotaId: GenerateRequestsPerDayPerProjectPerModel-FreeTier` and its kin.
     GoogleRule {
         id: "gemini-per-day-quota",

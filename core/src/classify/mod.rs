@@ -8,10 +8,14 @@
 
 mod decision;
 pub mod google;
+pub mod in_stream;
+mod refusals;
 mod scanner;
+pub mod stated;
 #[cfg(test)]
 mod tests;
 mod text;
+mod text_rules;
 mod tools;
 
 pub use decision::{ConnectionEffect, CooldownProfile, Decision, ErrorInput, LockSuggestion};
@@ -23,9 +27,22 @@ use crate::hint::{self, HintSource};
 use crate::restate::{self, restate};
 use crate::rules::{self, RuleMatch};
 use crate::settings::OperatorErrorRule;
-use crate::types::{ProviderClass, Reason, Scope, TerminalState};
+use crate::types::{Format, ProviderClass, Reason, Scope, TerminalState};
 use std::cell::OnceCell;
 use std::time::Duration;
+
+/// The rule profile a provider reads its answers by when it declares none: the one its format
+/// and class imply, never its id. `gemini` for a Gemini-format provider (its errors are
+/// Google's), `claude` for an Anthropic-format OAuth provider (a Claude subscription), `codex`
+/// for a Responses-format OAuth provider (ChatGPT's Codex backend), else the format's name.
+pub fn default_profile(format: Format, class: ProviderClass) -> &'static str {
+    match (format, class) {
+        (Format::Gemini, _) => "gemini",
+        (Format::Anthropic, ProviderClass::OAuth) => "claude",
+        (Format::Responses, ProviderClass::OAuth) => "codex",
+        (f, _) => f.name(),
+    }
+}
 
 /// Statuses that are the provider's fault rather than the account's.
 pub fn is_provider_level_status(status: u16) -> bool {
@@ -46,6 +63,7 @@ pub fn classify_transport() -> Decision {
         rule_scope: None,
         rule_id: None,
         lock: LockSuggestion { scope: None, cooldown: None, upstream_reset: false },
+        unsuited: false,
     }
 }
 
@@ -82,7 +100,10 @@ pub fn classify(input: &ErrorInput<'_>, profile: &CooldownProfile, operator: &[O
     let upstream_hint = hint::detect(input.headers, input.body, input.wall_now_ms);
     // Without restatement rules for this provider nothing is restated, whatever the text.
     let haystack = if restate::rules_for(input.provider).is_empty() { "" } else { lower.get() };
-    let restated = restate(input.provider, input.status, haystack, upstream_hint.map(|h| h.wait));
+    // A stream that failed after its 200 is read as the status its failure goes with.
+    let sent =
+        if (200..300).contains(&input.status) { in_stream::status_of(input.body).unwrap_or(502) } else { input.status };
+    let restated = restate(input.provider, sent, haystack, upstream_hint.map(|h| h.wait));
     let status = restated.status;
     let mut sig = text::Signals::none();
     sig.scan_into(lower.for_scan());
@@ -102,12 +123,13 @@ pub fn classify(input: &ErrorInput<'_>, profile: &CooldownProfile, operator: &[O
     d.restated_by = restated.rule_id;
     if restated.rule_id.is_some() {
         d.client_retry_after = restated.retry_after;
-    } else if d.client_retry_after.is_none() && status == 429 {
+    } else if d.client_retry_after.is_none() && d.status == 429 {
         // Every 429 tells the client when to come back: the upstream's own hint, also when the
         // connection itself is now terminal (its wait is then not the connection's).
         d.client_retry_after = upstream_hint.map(|h| h.wait);
     }
-    apply_layers(&mut d, status);
+    let reported = d.status;
+    apply_layers(&mut d, reported);
     d
 }
 
@@ -158,6 +180,7 @@ impl Cx<'_> {
             rule_scope: None,
             rule_id: None,
             lock: LockSuggestion { scope: None, cooldown: None, upstream_reset: false },
+            unsuited: false,
         }
     }
 
@@ -182,6 +205,37 @@ impl Cx<'_> {
         }
         let level = self.input.backoff_level;
         self.base(reason, true, self.cooldown(self.profile.scaled(level), self.profile.next_level(level), None))
+    }
+
+    /// A usage limit with a stated end: the connection cools until then (capped by
+    /// `max_stated_reset_ms`; an hour when the end is stated but unknown), and the client is told
+    /// the same wait.
+    fn stated(&self, s: stated::StatedReset) -> Decision {
+        let wait = if s.wait.is_zero() { Duration::from_secs(3600) } else { s.wait }.min(self.profile.stated_cap);
+        let effect = if s.model_only { ConnectionEffect::None } else { self.cooldown(wait, 0, Some(s.source)) };
+        let mut d = self.base(Reason::QuotaExhausted, true, effect);
+        if s.model_only {
+            d.lock.scope = Some(Scope::Model);
+        }
+        if !wait.is_zero() {
+            d.client_retry_after = Some(wait);
+            d.lock.cooldown = Some(wait);
+            d.lock.upstream_reset = true;
+        }
+        d
+    }
+
+    /// A request-level problem another target may not have (too large, too long for this
+    /// model): fall back, penalise nothing.
+    fn request_level(&self) -> Decision {
+        self.base(Reason::ModelCapacity, true, ConnectionEffect::None)
+    }
+
+    /// The key may not use this model: lock the model on this connection, not the key.
+    fn model_denied(&self, reason: Reason) -> Decision {
+        let mut d = self.base(reason, true, ConnectionEffect::None);
+        d.lock.scope = Some(Scope::Model);
+        d
     }
 
     fn fixed(&self, reason: Reason, duration: Duration) -> Decision {
@@ -252,6 +306,7 @@ impl Cx<'_> {
             google::Effect::ProviderLevel => self.retryable(r.reason),
             google::Effect::InvalidKey => self.terminal(r.reason, TerminalState::Expired),
             google::Effect::ModelDenied => model_lock(self.base(r.reason, true, ConnectionEffect::None), None),
+            google::Effect::Ended(t) => self.terminal(r.reason, t),
         };
         d.rule_id = Some(r.id.to_owned());
         d
@@ -270,9 +325,17 @@ impl Cx<'_> {
         }
         // Operator rules come before everything the upstream's text could say.
         if !self.operator.is_empty()
-            && let Some(m) = rules::find_operator_rule(self.input.provider, status, self.lower.get(), self.operator)
+            && let Some(m) = rules::find_operator_rule(self.input.provider_id, status, self.lower.get(), self.operator)
+                .or_else(|| rules::find_operator_rule(self.input.provider, status, self.lower.get(), self.operator))
         {
             return self.rule_decision(m);
+        }
+        // A usage limit that states its end (a subscription window, a spend limit's day): the
+        // account's own word on when it serves again, honoured for every class.
+        if (400..500).contains(&status)
+            && let Some(s) = stated::find(self.input.headers, self.input.body, self.input.wall_now_ms)
+        {
+            return self.stated(s);
         }
         // Google's structured errors, for the providers that send them.
         if google::applies(self.input.provider)
@@ -299,6 +362,9 @@ impl Cx<'_> {
         // 7. 400: fall back only for model-access, capacity and rate-limit errors.
         if status == 400 || status == 422 {
             let structured = self.structured_code().to_owned();
+            if !refusals::is_bad_credential(self.sig) && text::is_model_access(self.sig, &structured) {
+                return self.model_denied(Reason::NotFound);
+            }
             if text::is_model_access_or_capacity(self.sig, &structured) {
                 return self.base(Reason::ModelCapacity, true, ConnectionEffect::None);
             }
@@ -350,83 +416,6 @@ impl Cx<'_> {
             &structured,
             self.operator,
         )
-    }
-
-    /// Step 3: checks on the error text, in order.
-    fn text_rules(&mut self) -> Option<Decision> {
-        let status = self.status;
-        let class = self.input.class;
-        let use_quota_signal = status != 429 || class == ProviderClass::OAuth || self.looks_like_quota_exhausted();
-        // a. Deactivated or banned accounts are terminal.
-        if text::is_account_deactivated(self.sig) {
-            return Some(self.terminal(Reason::AuthError, TerminalState::Banned));
-        }
-        // b, c. A retired model or a moved endpoint: a day.
-        if (status == 404 || status == 410) && text::is_retired_model(self.sig) {
-            let mut d = self.fixed(Reason::NotFound, Duration::from_secs(86_400));
-            d.connection = ConnectionEffect::None;
-            d.lock = LockSuggestion {
-                scope: Some(Scope::Model),
-                cooldown: Some(Duration::from_secs(86_400)),
-                upstream_reset: false,
-            };
-            return Some(d);
-        }
-        if text::is_endpoint_moved(self.sig) {
-            return Some(self.fixed(Reason::NotFound, Duration::from_secs(86_400)));
-        }
-        // d, f. Billing suspension and exhausted credits end in `credits_exhausted`.
-        if text::is_billing_suspended(self.sig) || (use_quota_signal && text::is_credits_exhausted(self.sig)) {
-            return Some(self.terminal(Reason::QuotaExhausted, TerminalState::CreditsExhausted));
-        }
-        // g. A daily quota: until the daily reset.
-        if use_quota_signal && text::is_daily_quota_exhausted(self.sig) {
-            let wait = self.until_daily_reset();
-            let mut d = self.fixed(Reason::QuotaExhausted, wait);
-            d.client_retry_after = Some(wait);
-            return Some(d);
-        }
-        // h. A subscription usage limit: the upstream's hint, else an hour.
-        if use_quota_signal && text::is_subscription_limit(self.sig, self.input.provider) {
-            let wait = self.hint.map_or(Duration::from_secs(3600), |h| h.wait);
-            let mut d = self.fixed(Reason::QuotaExhausted, wait);
-            d.client_retry_after = Some(wait);
-            return Some(d);
-        }
-        // i, j. Weekly and session caps.
-        if text::is_weekly_cap(self.sig) {
-            return Some(self.fixed(Reason::QuotaExhausted, Duration::from_secs(86_400)));
-        }
-        if text::is_session_cap(self.sig) {
-            return Some(self.fixed(Reason::QuotaExhausted, Duration::from_secs(5 * 3600)));
-        }
-        // k. A reset hint plus quota text: the hint decides.
-        if use_quota_signal && self.hint.is_some() && text::text_reason(self.sig) == Some(Reason::QuotaExhausted) {
-            return Some(self.retryable(Reason::QuotaExhausted));
-        }
-        if status == 403 {
-            // l. A route the key is not authorised for: not the account's fault; no fallback.
-            if self.sig.has(M::NotAuthorizedForRoute) {
-                return Some(self.no_fallback(Reason::Unknown));
-            }
-            // m. Provider rules for providers that honour rule scopes.
-            if rules::honours_rule_lock_scope(self.input.provider, self.operator)
-                && let Some(m) = self.provider_rule()
-            {
-                return Some(self.rule_decision(m));
-            }
-            // OAuth "Request not allowed": the refusal streak decides.
-            if class == ProviderClass::OAuth && self.sig.has(M::RequestNotAllowed) {
-                return Some(self.base(Reason::RequestRejected, true, ConnectionEffect::RequestRejected));
-            }
-            // o. A 403 on an API key without quota text: an auth error on the ladder.
-            if class == ProviderClass::ApiKey
-                && !self.sig.any(&[M::HasNotBeenUsedInProject, M::HourQuota, M::QuotaHasBeenExceeded])
-            {
-                return Some(self.retryable(Reason::AuthError));
-            }
-        }
-        None
     }
 
     /// Step 4a: the text half of the rule table (first match wins).
@@ -482,15 +471,11 @@ impl Cx<'_> {
                 Some(m) => self.rule_decision(m),
                 None => self.base(Reason::Unknown, true, ConnectionEffect::None),
             },
-            404 => {
-                let mut d = self.fixed(Reason::NotFound, Duration::from_secs(120));
-                // A missing model is the model's problem, not the key's.
-                d.connection = ConnectionEffect::None;
-                d
-            }
+            // A missing model is the model's problem, not the key's: the model is locked.
+            404 => self.model_denied(Reason::NotFound),
             429 => self.with_rule(provider_rule, Reason::RateLimitExceeded),
             406 | 408 | 500..=599 => self.retryable(Reason::ServerError),
-            413 => self.retryable(Reason::ModelCapacity),
+            413 => self.request_level(),
             _ => return None,
         })
     }

@@ -3,9 +3,9 @@
 //! Aho-Corasick builds the automaton (standard match semantics, so a state reports every
 //! marker ending there); this copies it into a table of its own, with classes only for the
 //! bytes the markers use and the match states numbered first. A step is then one class
-//! lookup and one table read, and "does a marker end here" one comparison. Rows are 16-bit
-//! and the table has 2^16 + 256 entries (a row plus any class), so a step needs no bounds
-//! check and no wrap.
+//! lookup and one table read, and "does a marker end here" one comparison. Rows are 32-bit
+//! offsets into a table of the automaton's size plus 256 entries, so a row plus any class stays
+//! inside it.
 
 use aho_corasick::Anchored;
 use aho_corasick::automaton::Automaton;
@@ -15,25 +15,22 @@ use rustc_hash::FxHashMap;
 /// The markers ending at one state: (marker, length in bytes).
 type Ends = Box<[(u16, u16)]>;
 
-/// Rows fit in 16 bits.
-const ROWS: usize = 1 << 16;
-
-/// Entries in the table: any 16-bit row plus any 8-bit class stays inside.
-const TABLE: usize = ROWS + 256;
+/// The most entries a table may have (states × classes): 16 Mi, far past any marker set.
+const ROWS: usize = 1 << 24;
 
 /// The flat automaton.
 pub(super) struct Scanner {
     /// The class of each byte: one per byte some marker uses, one for all others.
     classes: [u8; 256],
     /// Classes per state: a state's row starts at its index times this.
-    stride: u16,
+    stride: u32,
     /// The row of the state reached from a row plus a byte's class (entries past the last
     /// row are never reached).
-    next: Box<[u16; TABLE]>,
+    next: Box<[u32]>,
     /// Rows below this belong to match states.
-    match_rows: u16,
+    match_rows: u32,
     /// The start state's row.
-    start: u16,
+    start: u32,
     /// For each match state (by index): the markers ending there, with their lengths.
     matches: Box<[Ends]>,
 }
@@ -41,6 +38,11 @@ pub(super) struct Scanner {
 impl Scanner {
     /// Copies `dfa` built from `markers`; `None` if the automaton is too large for the table.
     pub(super) fn new(markers: &[&str], dfa: &DFA) -> Option<Scanner> {
+        Scanner::within(markers, dfa, ROWS)
+    }
+
+    /// [`Scanner::new`] with at most `limit` entries (states × classes).
+    fn within(markers: &[&str], dfa: &DFA, limit: usize) -> Option<Scanner> {
         let mut used = [false; 256];
         for b in markers.iter().flat_map(|m| m.bytes()) {
             used[usize::from(b)] = true;
@@ -86,11 +88,11 @@ impl Scanner {
             new_of[old] = new;
         }
         let stride = reps.len();
-        if states.len() * stride > ROWS {
+        if states.len() * stride > limit {
             return None;
         }
-        let row = |old: usize| u16::try_from(new_of[old] * stride).ok();
-        let mut next = vec![0u16; TABLE];
+        let row = |old: usize| u32::try_from(new_of[old] * stride).ok();
+        let mut next = vec![0u32; states.len() * stride + 256];
         let mut matches = Vec::new();
         for (new, &old) in order.iter().enumerate() {
             let sid = states[old];
@@ -109,9 +111,9 @@ impl Scanner {
         }
         Some(Scanner {
             classes,
-            stride: u16::try_from(stride).ok()?,
-            next: next.into_boxed_slice().try_into().ok()?,
-            match_rows: u16::try_from(matches.len() * stride).ok()?,
+            stride: u32::try_from(stride).ok()?,
+            next: next.into_boxed_slice(),
+            match_rows: u32::try_from(matches.len() * stride).ok()?,
             start: row(0)?,
             matches: matches.into_boxed_slice(),
         })
@@ -137,12 +139,12 @@ impl Scanner {
 
     /// Reads byte `text[at]` in state `row`; reports the markers ending there.
     #[inline(always)]
-    fn step(&self, row: u16, b: u8, at: usize, found: &mut impl FnMut(usize, usize, usize)) -> u16 {
+    fn step(&self, row: u32, b: u8, at: usize, found: &mut impl FnMut(usize, usize, usize)) -> u32 {
         // A row plus a class stays inside the table (entries past the rows are never reached).
-        let row = self.next[usize::from(row) + usize::from(self.classes[usize::from(b)])];
+        let row = self.next[row as usize + usize::from(self.classes[usize::from(b)])];
         if row < self.match_rows {
             let end = at + 1;
-            for &(marker, len) in self.matches[usize::from(row / self.stride)].iter() {
+            for &(marker, len) in self.matches[(row / self.stride) as usize].iter() {
                 found(usize::from(marker), end - usize::from(len), end);
             }
         }
@@ -182,19 +184,18 @@ mod tests {
     fn the_classifiers_markers_fit_the_table() {
         let markers = super::super::text::markers();
         let dfa = DFA::new(markers).expect("automaton");
-        // 1 582 states of 39 classes: 61 698 of the table's 65 536 entries. More markers may
-        // need 32-bit rows.
-        let scanner = Scanner::new(markers, &dfa).expect("the classifier's markers fit 2^16 entries");
-        assert_eq!(usize::from(scanner.stride), 39);
+        let scanner = Scanner::new(markers, &dfa).expect("the classifier's markers fit the table");
+        assert!(scanner.next.len() <= ROWS + 256);
     }
 
     #[test]
     fn an_automaton_too_large_for_the_table_is_refused() {
-        // 2 000 markers of 40 distinct bytes each: far more than 2^16 rows plus classes.
+        // 2 000 markers of 40 distinct bytes each: far more than 2^16 entries.
         let markers: Vec<String> =
             (0..2000u32).map(|i| format!("{i:04}abcdefghijklmnopqrstuvwxyz0123456789")).collect();
         let refs: Vec<&str> = markers.iter().map(String::as_str).collect();
         let dfa = DFA::new(&refs).expect("automaton");
-        assert!(Scanner::new(&refs, &dfa).is_none());
+        assert!(Scanner::within(&refs, &dfa, 1 << 16).is_none());
+        assert!(Scanner::new(&refs, &dfa).is_some(), "the classifier's own limit takes it");
     }
 }

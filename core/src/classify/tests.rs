@@ -2,16 +2,16 @@
 //! #8396) and the layer-separation table of SPEC.
 
 use super::*;
-use crate::types::TerminalState;
+use crate::types::{Format, TerminalState};
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 
 fn api() -> CooldownProfile {
-    CooldownProfile { base: S(3), max_steps: 5, cap: S(1800), use_hints: true }
+    CooldownProfile { base: S(3), max_steps: 5, cap: S(1800), use_hints: true, stated_cap: S(8 * 86_400) }
 }
 
 fn oauth() -> CooldownProfile {
-    CooldownProfile { base: S(5), max_steps: 8, cap: S(1800), use_hints: false }
+    CooldownProfile { base: S(5), max_steps: 8, cap: S(1800), use_hints: false, stated_cap: S(8 * 86_400) }
 }
 
 fn run(
@@ -26,6 +26,8 @@ fn run(
     classify(
         &ErrorInput {
             provider,
+            provider_id: provider,
+            format: Format::Openai,
             class,
             status,
             headers,
@@ -124,12 +126,16 @@ fn account_fallback_cases() {
     assert_eq!(d.client_retry_after, Some(S(120)));
     let d = run("openai", ProviderClass::ApiKey, 400, &[], "bad request payload", 0);
     assert_eq!((d.should_fallback, d.reason, d.connection), (false, Reason::Unknown, ConnectionEffect::None));
+    // A missing model is locked on the connection; the key serves its other models.
     let d = run("openai", ProviderClass::ApiKey, 400, &[], "The model `foo` does not exist or is not available", 0);
-    assert_eq!((d.should_fallback, d.reason), (true, Reason::ModelCapacity));
+    assert_eq!((d.should_fallback, d.reason, d.lock.scope), (true, Reason::NotFound, Some(Scope::Model)));
+    assert_eq!(d.connection, ConnectionEffect::None);
+    // A bad key named in a 400's text (xAI answers a wrong key so) ends the key: the reference
+    // passed it on without a fallback, and every later request failed alike.
     let d = run("openai", ProviderClass::ApiKey, 400, &[], "Invalid API key provided for model gpt-4o", 0);
-    assert!(!d.should_fallback);
+    assert_eq!(d.connection, ConnectionEffect::Terminal(TerminalState::Expired));
     let d = run("openai", ProviderClass::ApiKey, 400, &[], r#"{"error":{"code":"model_not_found","message":"x"}}"#, 0);
-    assert_eq!((d.should_fallback, d.reason), (true, Reason::ModelCapacity));
+    assert_eq!((d.should_fallback, d.reason, d.lock.scope), (true, Reason::NotFound, Some(Scope::Model)));
 }
 
 #[test]
@@ -165,9 +171,11 @@ fn supervisor_hint_is_a_short_cooldown_not_a_breaker_failure() {
 
 #[test]
 fn cap_always_applies_8396() {
-    let p = CooldownProfile { base: S(60), max_steps: 8, cap: S(600), use_hints: true };
+    let p = CooldownProfile { base: S(60), max_steps: 8, cap: S(600), use_hints: true, stated_cap: S(8 * 86_400) };
     let input = |level, headers: &'static [(&'static str, &'static str)]| ErrorInput {
         provider: "x",
+        provider_id: "x",
+        format: Format::Openai,
         class: ProviderClass::ApiKey,
         status: 429,
         headers,
@@ -219,6 +227,8 @@ fn operator_rules_win() {
         let d = classify(
             &ErrorInput {
                 provider: "my-gateway",
+                provider_id: "my-gateway",
+                format: Format::Openai,
                 class: ProviderClass::ApiKey,
                 status,
                 headers: &[],
@@ -287,6 +297,8 @@ fn gemini(status: u16, body: &str, until_daily_reset: Option<Duration>) -> Decis
     classify(
         &ErrorInput {
             provider: "gemini",
+            provider_id: "gemini",
+            format: Format::Gemini,
             class: ProviderClass::ApiKey,
             status,
             headers: &[],

@@ -4,7 +4,7 @@
 
 use crate::calendar::DailyReset;
 use crate::strategy::{Ask, Strategy};
-use crate::types::ProviderClass;
+use crate::types::{Format, ProviderClass};
 use std::time::Duration;
 
 /// One routable (provider, connection, model) target.
@@ -82,6 +82,8 @@ pub struct Traits {
     pub max_concurrent: Option<u32>,
     /// Where the provider's day ends, for daily quotas.
     pub daily_reset: DailyReset,
+    /// The provider's wire format: classification reads its answers by it.
+    pub format: Format,
 }
 
 impl Default for Traits {
@@ -95,6 +97,7 @@ impl Default for Traits {
             connection_weight: 1,
             max_concurrent: None,
             daily_reset: DailyReset::Utc,
+            format: Format::Openai,
         }
     }
 }

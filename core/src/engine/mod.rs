@@ -364,6 +364,8 @@ impl Engine {
                 let level = self.conns.of(c).map_or(0, |s| s.level_for(now));
                 let input = ErrorInput {
                     provider: profile,
+                    provider_id: c.provider,
+                    format: c.traits.format,
                     class: c.class,
                     status,
                     headers,
@@ -372,8 +374,9 @@ impl Engine {
                     wall_now_ms,
                     until_daily_reset: wall_now_ms.map(|w| c.traits.daily_reset.until_midnight(w)),
                 };
-                let d = classify(&input, self.derived.profile(c.class), &self.settings.error_rules);
+                let mut d = classify(&input, self.derived.profile(c.class), &self.settings.error_rules);
                 self.apply(now, c, ticket, &d, body, same_provider_next, disable_cooling);
+                self.tell_what_was_recorded(now, c, &mut d);
                 Some(d)
             }
         }
@@ -472,6 +475,7 @@ mod outcome;
 mod route;
 mod shared;
 mod slots;
+mod told;
 mod turn;
 mod usage;
 

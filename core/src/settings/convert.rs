@@ -41,6 +41,7 @@ impl ConnectionCooldownSettings {
             max_steps: count(self.max_backoff_steps),
             cap: ms(self.max_cooldown_ms).max(ms(self.base_cooldown_ms)),
             use_hints: self.use_upstream_retry_hints,
+            stated_cap: ms(self.max_stated_reset_ms),
         }
     }
 }

@@ -111,6 +111,9 @@ class_table! {
         max_cooldown_ms: i64,
         /// Whether Retry-After and reset hints replace the ladder.
         use_upstream_retry_hints: bool,
+        /// The longest wait a usage limit's stated end sets (a subscription window's reset, a
+        /// spend limit's day), with hints or without (0 – 30 days).
+        max_stated_reset_ms: i64,
     }
 }
 
@@ -129,6 +132,8 @@ impl ClassDefaults for ConnectionCooldownSettings {
             max_backoff_steps: steps,
             max_cooldown_ms: 1_800_000,
             use_upstream_retry_hints: hints,
+            // A weekly window and a day of slack.
+            max_stated_reset_ms: 8 * 86_400_000,
         }
     }
     fn apply(&mut self, patch: ConnectionCooldownPatch) {

@@ -65,6 +65,7 @@ pub(super) fn check(s: &ResilienceSettings, prefix: &str) -> Vec<FieldError> {
         let p = format!("connection_cooldown.{class}");
         let base_ok = c.range(&format!("{p}.base_cooldown_ms"), cc.base_cooldown_ms, 0, DAY_MS);
         c.range(&format!("{p}.max_backoff_steps"), cc.max_backoff_steps, 0, 32);
+        c.range(&format!("{p}.max_stated_reset_ms"), cc.max_stated_reset_ms, 0, 30 * DAY_MS);
         if c.range(&format!("{p}.max_cooldown_ms"), cc.max_cooldown_ms, 0, 30 * DAY_MS) && base_ok {
             c.at_least(&format!("{p}.max_cooldown_ms"), cc.max_cooldown_ms, "base_cooldown_ms", cc.base_cooldown_ms);
         }

@@ -9,34 +9,7 @@ use ferroute_core::types::ProviderClass;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The wire format a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Format {
-    /// OpenAI Chat Completions.
-    Openai,
-    /// Anthropic Messages.
-    Anthropic,
-    /// The OpenAI Responses API (`POST {base}/responses`).
-    Responses,
-    /// Google's Generative Language API (`{base}/models/{model}:generateContent`).
-    Gemini,
-}
-
-impl Format {
-    /// Every format, in config order.
-    pub const ALL: [Format; 4] = [Format::Openai, Format::Anthropic, Format::Responses, Format::Gemini];
-
-    /// Its name in the config, metrics and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Openai => "openai",
-            Format::Anthropic => "anthropic",
-            Format::Responses => "responses",
-            Format::Gemini => "gemini",
-        }
-    }
-}
+pub use ferroute_core::types::Format;
 
 /// `[[providers]]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,8 +28,8 @@ pub struct ProviderConfig {
     /// Models it serves.
     #[serde(default)]
     pub models: Vec<String>,
-    /// The error-rule profile (defaults to the id), e.g. `agentrouter` for a gateway that
-    /// misreports quota errors as 403.
+    /// The error-rule profile (defaults to one the format and class imply), e.g. `agentrouter`
+    /// for a gateway that misreports quota errors as 403.
     #[serde(default)]
     pub profile: Option<String>,
     /// Time allowed until response headers; none by default (the execution budget applies).
@@ -96,13 +69,14 @@ impl ProviderConfig {
         self.connection_strategy.as_deref().and_then(Strategy::parse).unwrap_or_default()
     }
 
-    /// The rule profile: the declared one, else `gemini` for a Gemini-format provider (whose
-    /// errors are Google's), else the id.
+    /// The rule profile: the declared one, else the one the format and class imply (never the
+    /// id an operator chose): `gemini` for a Gemini-format provider (whose errors are Google's),
+    /// `claude` for an Anthropic-format OAuth provider (a Claude subscription), `codex` for a
+    /// Responses-format OAuth provider (ChatGPT's Codex backend), else the format's name.
     pub fn profile(&self) -> &str {
-        match (&self.profile, self.format) {
-            (Some(p), _) => p,
-            (None, Format::Gemini) => "gemini",
-            (None, _) => &self.id,
+        match &self.profile {
+            Some(p) => p,
+            None => ferroute_core::classify::default_profile(self.format, self.class),
         }
     }
 

@@ -7,6 +7,7 @@ use crate::edge::errors::{Body, ProxyError, Source, full, upstream_message};
 use crate::request::attempt::{Attempt, DROPPED};
 use crate::request::endpoint::{SELECTED, SELECTED_HEADER};
 use crate::request::exchange::{self, Inbound, Prepared};
+use crate::request::peek::{Peeked, peek};
 use crate::request::stream::{Finalizer, Relay, relay};
 use crate::state::gateway::Gateway;
 use crate::state::gateway::queues::Slot;
@@ -117,6 +118,18 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
         );
     }
     if inbound.stream && is_sse {
+        // A stream that fails before any content is an upstream failure, not an answer.
+        let deadline = crate::state::clock::deadline(started, limits.execution_max_wait);
+        let (resp, held) = match peek(resp, deadline).await {
+            Peeked::Going(resp, held) => (resp, held),
+            Peeked::Broke(e) => {
+                return transport_failure(&mut attempt, format!("{} broke off its stream: {e}", provider.id));
+            }
+            Peeked::Failed(parts, text) => {
+                drop(slots);
+                return failed_with(attempt, inbound, parts, text);
+            }
+        };
         gw.count_answer(status.as_u16(), &provider.id);
         let fin = Finalizer::new(attempt, slots);
         let relay_to = Relay {
@@ -124,6 +137,7 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
             translator: exchange::translator(inbound, provider.format),
             connection: gw.endpoints.selected(target.connection).cloned(),
             idle_budget: limits.execution_max_wait,
+            held,
         };
         let mut out = relay(fin, resp, relay_to);
         dropped_header(&mut out, &prep.dropped);
@@ -180,20 +194,31 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
 
 /// An upstream error: read a bounded body, classify, record; fall back or answer with it.
 pub(crate) async fn failed<C: Connect + Clone + Send + Sync + 'static>(
-    mut attempt: Attempt<C>,
+    attempt: Attempt<C>,
     inbound: &Inbound,
     resp: Response<Incoming>,
 ) -> Step {
-    let gw = Arc::clone(&attempt.gw);
-    let target = attempt.target.clone();
-    let provider = gw.parts(&target).0;
-    let conn_id = gw.parts(&target).1.id.clone();
-    let status = resp.status();
     let (parts, body) = resp.into_parts();
     let text = match tokio::time::timeout(Duration::from_secs(30), whole(Limited::new(body, MAX_ERROR_BODY))).await {
         Ok(Ok(b)) => String::from_utf8_lossy(&b).into_owned(),
         _ => String::new(),
     };
+    failed_with(attempt, inbound, parts, text)
+}
+
+/// An upstream failure read whole (an error's body, or the events of a stream that failed
+/// before any content): classified and recorded; fallen back from or answered with.
+fn failed_with<C: Connect + Clone + Send + Sync + 'static>(
+    mut attempt: Attempt<C>,
+    inbound: &Inbound,
+    parts: http::response::Parts,
+    text: String,
+) -> Step {
+    let gw = Arc::clone(&attempt.gw);
+    let target = attempt.target.clone();
+    let provider = gw.parts(&target).0;
+    let conn_id = gw.parts(&target).1.id.clone();
+    let status = parts.status;
     let headers = header_pairs(&parts.headers);
     let tool_limit = ferroute_core::classify::tool_limit(status.as_u16(), &text, inbound_tools(inbound));
     let tool_limited = tool_limit.is_some();

@@ -12,6 +12,7 @@ use crate::request::exchange::{self, Inbound};
 use crate::request::plan::{Preps, slot};
 use crate::request::refuse::{Report, finish, no_target, recovery};
 use crate::request::resolve::Plan;
+use crate::request::unsuited;
 use crate::request::upstream::{Failure, Step, attempt_once, failure_error};
 use crate::state::clock::rfc3339;
 use crate::state::gateway::Gateway;
@@ -251,6 +252,8 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
     let mut report = Report { pool: plan.pool.len(), ..Report::default() };
     let mut plan = plan;
     let mut tried = Tried::new();
+    let kind = unsuited::client_kind(inbound);
+    unsuited::skip_refusing(&gw, &plan, &kind, &mut tried, gw.clock.now());
     let mut last: Option<Failure> = None;
     let mut recovery = Recovery::default();
     let mut round = 0u32;
@@ -311,6 +314,9 @@ async fn run<C: Connect + Clone + Send + Sync + 'static>(
                     &connection.id,
                     format!("{} {}", f.decision.status, f.decision.reason.as_str()),
                 );
+                if f.decision.unsuited {
+                    unsuited::note(&gw, &connection.id, &kind, gw.clock.now());
+                }
                 tried.failed(index, &connection.id, Some(&f.decision));
                 last = Some(f);
             }

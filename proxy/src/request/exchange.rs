@@ -85,6 +85,8 @@ pub struct ApiHeaders {
     pub openai_beta: Option<HeaderValue>,
     /// The client's W3C `traceparent`.
     pub traceparent: Option<HeaderValue>,
+    /// `User-Agent`: which client it is (a credential may serve only its own client).
+    pub user_agent: Option<HeaderValue>,
 }
 
 impl ApiHeaders {
@@ -96,6 +98,7 @@ impl ApiHeaders {
             anthropic_version: get(&ANTHROPIC_VERSION_HEADER),
             openai_beta: get(&OPENAI_BETA),
             traceparent: get(&TRACEPARENT),
+            user_agent: get(&http::header::USER_AGENT),
         }
     }
 }

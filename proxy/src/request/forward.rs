@@ -97,7 +97,8 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
 /// The headers beyond HTTP's own that the request path reads: the provider APIs' own
 /// ([`ApiHeaders`]), the session's ([`SessionHeaders`]) and the lease's
 /// ([`crate::sessions::leases::fence_of`]).
-const READ: [&str; 10] = [
+const READ: [&str; 11] = [
+    "user-agent",
     "anthropic-beta",
     "anthropic-version",
     "openai-beta",
@@ -285,8 +286,13 @@ mod tests {
 
     #[test]
     fn every_header_the_path_reads_is_in_the_list_and_others_are_not() {
-        let named =
-            [&exchange::ANTHROPIC_BETA, &exchange::ANTHROPIC_VERSION_HEADER, &exchange::OPENAI_BETA, &SESSION_TTL];
+        let named = [
+            &exchange::ANTHROPIC_BETA,
+            &exchange::ANTHROPIC_VERSION_HEADER,
+            &exchange::OPENAI_BETA,
+            &SESSION_TTL,
+            &http::header::USER_AGENT,
+        ];
         for name in named.iter().map(|n| n.as_str()).chain(READ) {
             let mut h = http::HeaderMap::new();
             h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -294,7 +300,7 @@ mod tests {
             assert!(carries_any(&h), "{name}");
         }
         let mut h = http::HeaderMap::new();
-        for name in ["content-type", "authorization", "x-api-key", "x-stainless-lang", "user-agent", "x-session"] {
+        for name in ["content-type", "authorization", "x-api-key", "x-stainless-lang", "x-session"] {
             h.insert(http::HeaderName::from_static(name), HeaderValue::from_static("1"));
         }
         assert!(!carries_any(&h));

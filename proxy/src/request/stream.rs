@@ -93,6 +93,8 @@ pub struct Relay {
     pub connection: Option<HeaderValue>,
     /// A stream silent this long is ended (the execution budget).
     pub idle_budget: std::time::Duration,
+    /// Frames already read from the upstream (its opening events), relayed first.
+    pub held: Vec<Bytes>,
 }
 
 /// The client side of a relay: passes bytes through, or translates events.
@@ -181,6 +183,7 @@ pub fn relay<C: Connect + Clone + Send + Sync + 'static>(
         armed: None,
         // Room for the events of a few chunks: the queue grows once, not step by step.
         out: std::collections::VecDeque::with_capacity(16),
+        held: to.held.into(),
         fin: Some(fin),
     };
     let mut out = Response::new(body.boxed());
@@ -219,6 +222,8 @@ struct RelayBody<C: Connect + Clone + Send + Sync + 'static> {
     armed: Option<std::task::Waker>,
     /// What the client gets next, in order.
     out: std::collections::VecDeque<Bytes>,
+    /// Upstream frames read before the relay began, taken before the upstream is polled.
+    held: std::collections::VecDeque<Bytes>,
     /// `None` once the stream has ended (finalised).
     fin: Option<Finalizer<C>>,
 }
@@ -287,6 +292,12 @@ impl<C: Connect + Clone + Send + Sync + 'static> hyper::body::Body for RelayBody
             }
             if this.fin.is_none() {
                 return Poll::Ready(None);
+            }
+            if let Some(data) = this.held.pop_front() {
+                if let Some(data) = this.frame(data, crate::state::clock::now()) {
+                    return Poll::Ready(Some(Ok(hyper::body::Frame::data(data))));
+                }
+                continue;
             }
             match std::pin::Pin::new(&mut this.upstream).poll_frame(cx) {
                 Poll::Ready(None) => {

@@ -6,6 +6,7 @@
 //! and auth cooldowns, terminal states, model lockouts, the usage-limit lane, OAuth refreshes
 //! across a cut store); `sim swarm` steers toward the transitions no seed has reached yet.
 
+pub mod answers;
 mod draft;
 mod focus;
 mod oauth;
@@ -91,7 +92,8 @@ pub fn generate_with(seed: u64, focus: Focus) -> Scenario {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5a17);
     let mut rf = ChaCha8Rng::seed_from_u64(seed ^ 0xf0c5_0f0c);
     let mut d = Draft { providers: rng.random_range(1..=3usize), ..Default::default() };
-    providers(&mut d, &mut rng, &mut rf, focus);
+    let mut rc = ChaCha8Rng::seed_from_u64(seed ^ 0xa45e_c0de);
+    providers(&mut d, (&mut rng, &mut rf, &mut rc), focus);
     let targets: Vec<String> = (0..d.providers).map(|p| format!("\"p{p}/m\"")).collect();
     // Mostly a routing strategy; sometimes a multi-call one (fusion judged by the first
     // provider, or a pipeline), which needs two targets.
@@ -165,8 +167,10 @@ pub fn from_name(name: &str) -> Option<Scenario> {
 }
 
 /// The API-key providers `p0…`, each with one to three connections and a script of 5 s fault
-/// slices over the safety phase (healthy afterwards).
-fn providers(d: &mut Draft, rng: &mut ChaCha8Rng, rf: &mut ChaCha8Rng, focus: Focus) {
+/// slices over the safety phase (healthy afterwards), some of them real answers of the corpus.
+/// `rngs`: the seed's main stream, its focus's and its corpus draws'.
+fn providers(d: &mut Draft, rngs: (&mut ChaCha8Rng, &mut ChaCha8Rng, &mut ChaCha8Rng), focus: Focus) {
+    let (rng, rf, rc) = rngs;
     for p in 0..d.providers {
         let host = format!("up-{p}");
         let drawn = if rng.random_bool(0.5) { "api_key" } else { "local" };
@@ -194,6 +198,7 @@ fn providers(d: &mut Draft, rng: &mut ChaCha8Rng, rf: &mut ChaCha8Rng, focus: Fo
         for k in 0..slices {
             if rng.random_bool(0.6) {
                 let drawn = fault(rng, format);
+                let drawn = answers::instead(rc, format, focus == Focus::Terminal).unwrap_or(drawn);
                 let behaviour = focus::slice(focus, rf).unwrap_or(drawn);
                 windows.push(Window { from_ms: k * 5_000, to_ms: (k + 1) * 5_000, behaviour });
             }

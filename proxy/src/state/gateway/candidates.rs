@@ -57,6 +57,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
                 connection_weight: c.weight.unwrap_or(1),
                 max_concurrent: gate(&self.config, c),
                 daily_reset: self.daily_resets[t.provider],
+                format: p.format,
             },
         }
     }

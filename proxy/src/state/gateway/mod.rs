@@ -156,6 +156,8 @@ pub struct Gateway<C> {
     pub recorder: Option<Arc<Recorder>>,
     /// OpenTelemetry export, when an endpoint is set (the binary sets it at start).
     pub telemetry: Arc<std::sync::OnceLock<Arc<Telemetry>>>,
+    /// The client kinds each connection's credential refused lately (not a failure of it).
+    pub unsuited: Arc<Mutex<ferroute_core::unsuited::Unsuited>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -206,6 +208,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             history: Arc::default(),
             recorder: None,
             telemetry: Arc::default(),
+            unsuited: Arc::default(),
         };
         let gw = Gateway { recorder: Recorder::for_config(&gw.config, None)?, ..gw };
         gw.restore()?;
@@ -245,6 +248,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             history: Arc::clone(&self.history),
             recorder: None,
             telemetry: Arc::clone(&self.telemetry),
+            unsuited: Arc::clone(&self.unsuited),
         };
         let recorder = Recorder::for_config(&gw.config, self.recorder.as_ref()).unwrap_or_else(|e| {
             tracing::error!(error = %e, "recording stays off: its directory cannot be written");

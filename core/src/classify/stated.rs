@@ -1,0 +1,209 @@
+//! Usage limits that state when they end: a subscription's window (Anthropic's
+//! `anthropic-ratelimit-unified-*` headers, the Codex backend's `usage_limit_reached` body and
+//! `x-codex-*-reset-after-seconds` headers) and an API key's spend limit that names the day
+//! access returns ("You will regain access on 2026-01-01 at 00:00 UTC").
+//!
+//! These are read by what the answer says, for every provider and class: a stated end is the
+//! account's own word on when it can serve again, so it is honoured even where retry hints are
+//! not (OAuth ladders), capped by `max_stated_reset_ms`.
+
+use crate::hint::{HintSource, header, parse_instant_ms, parse_retry_after};
+use std::time::Duration;
+
+/// A usage limit with its stated end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatedReset {
+    /// Time left until the limit ends (zero when the end is stated but already past or the wall
+    /// clock is unknown: the limit is real, its end is not known).
+    pub wait: Duration,
+    /// Where the end was read.
+    pub source: HintSource,
+    /// Only the model's own window ran out (the account's shared windows still allow).
+    pub model_only: bool,
+}
+
+/// The usage limit an answer states, if it states one.
+pub fn find(headers: &[(&str, &str)], body: &str, wall_now_ms: Option<u64>) -> Option<StatedReset> {
+    unified(headers, wall_now_ms)
+        .or_else(|| codex_body(body, wall_now_ms))
+        .or_else(|| codex_headers(headers))
+        .or_else(|| regain_access(body, wall_now_ms))
+}
+
+fn until(at_ms: u64, wall_now_ms: Option<u64>) -> Duration {
+    wall_now_ms.map_or(Duration::ZERO, |now| Duration::from_millis(at_ms.saturating_sub(now)))
+}
+
+/// Anthropic's subscription limit: `anthropic-ratelimit-unified-status: rejected`. It ends at
+/// the latest reset among `anthropic-ratelimit-unified-reset` and the resets of the shared
+/// windows (`-5h-`, `-7d-`) that are themselves rejected. When only a model's own window is
+/// rejected (`-7d_oi-`, `-7d_opus-`: the shared windows still allow), the limit is that
+/// model's. Without a reset instant, `Retry-After` says when.
+fn unified(headers: &[(&str, &str)], wall_now_ms: Option<u64>) -> Option<StatedReset> {
+    const PREFIX: &str = "anthropic-ratelimit-unified-";
+    let rejected = header(headers, "anthropic-ratelimit-unified-status")?.eq_ignore_ascii_case("rejected");
+    if !rejected {
+        return None;
+    }
+    let (mut shared, mut model) = (false, false);
+    let (mut shared_end, mut model_end): (Option<u64>, Option<u64>) = (None, None);
+    for (name, value) in headers {
+        let Some(window) = name
+            .get(..PREFIX.len())
+            .filter(|p| p.eq_ignore_ascii_case(PREFIX))
+            .and_then(|_| name[PREFIX.len()..].strip_suffix("-status"))
+        else {
+            continue;
+        };
+        if window.is_empty() || window.contains("slow") || !value.trim().eq_ignore_ascii_case("rejected") {
+            continue;
+        }
+        let at = header(headers, &format!("{PREFIX}{window}-reset")).and_then(parse_instant_ms);
+        let (seen, end) =
+            if matches!(window, "5h" | "7d") { (&mut shared, &mut shared_end) } else { (&mut model, &mut model_end) };
+        *seen = true;
+        if let Some(at) = at {
+            *end = Some(end.map_or(at, |e| e.max(at)));
+        }
+    }
+    let model_only = model && !shared;
+    let end = if model_only {
+        model_end
+    } else {
+        let overall = header(headers, "anthropic-ratelimit-unified-reset").and_then(parse_instant_ms);
+        match (overall, shared_end) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    };
+    let wait = match end {
+        Some(at) => until(at, wall_now_ms),
+        None => {
+            header(headers, "retry-after").and_then(|v| parse_retry_after(v, wall_now_ms)).unwrap_or(Duration::ZERO)
+        }
+    };
+    Some(StatedReset { wait, source: HintSource::ResetHeader, model_only })
+}
+
+/// The Codex backend's usage limit: `{"error":{"type":"usage_limit_reached", "resets_in_seconds":
+/// N, "resets_at": EPOCH}}`.
+fn codex_body(body: &str, wall_now_ms: Option<u64>) -> Option<StatedReset> {
+    if !body.contains("usage_limit_reached") {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(body.trim_start()).ok()?;
+    let e = v.get("error").unwrap_or(&v);
+    let kind = e.get("type").or_else(|| e.get("code")).and_then(|t| t.as_str())?;
+    if kind != "usage_limit_reached" {
+        return None;
+    }
+    let wait = if let Some(secs) = e.get("resets_in_seconds").and_then(|s| s.as_f64()).filter(|s| s.is_finite()) {
+        Duration::from_secs_f64(secs.clamp(0.0, 366.0 * 86_400.0))
+    } else if let Some(at) = e.get("resets_at").and_then(|s| s.as_u64()).and_then(|s| parse_instant_ms(&s.to_string()))
+    {
+        until(at, wall_now_ms)
+    } else {
+        Duration::ZERO
+    };
+    Some(StatedReset { wait, source: HintSource::BodyStructured, model_only: false })
+}
+
+/// The Codex backend's window headers: a window used to 100 % ends after its
+/// `x-codex-<window>-reset-after-seconds` (the latest such, when two are full).
+fn codex_headers(headers: &[(&str, &str)]) -> Option<StatedReset> {
+    let mut wait: Option<Duration> = None;
+    for window in ["primary", "secondary"] {
+        let used = header(headers, &format!("x-codex-{window}-used-percent")).and_then(|v| v.parse::<f64>().ok());
+        if !used.is_some_and(|u| u >= 100.0) {
+            continue;
+        }
+        let after = header(headers, &format!("x-codex-{window}-reset-after-seconds"))
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(366.0 * 86_400.0)));
+        if let Some(w) = after {
+            wait = Some(wait.map_or(w, |b| b.max(w)));
+        }
+    }
+    wait.map(|wait| StatedReset { wait, source: HintSource::ResetHeader, model_only: false })
+}
+
+/// Anthropic's spend limit: "You will regain access on 2026-01-01 at 00:00 UTC."
+fn regain_access(body: &str, wall_now_ms: Option<u64>) -> Option<StatedReset> {
+    const MARKER: &str = "regain access on ";
+    let at = body.find(MARKER)? + MARKER.len();
+    let rest = body.get(at..)?;
+    let date = rest.get(..10)?;
+    let time = rest.get(10..)?.strip_prefix(" at ").and_then(|t| t.get(..5)).unwrap_or("00:00");
+    let zone_ok = rest.get(10..)?.strip_prefix(" at ").and_then(|t| t.get(5..)).is_none_or(|z| {
+        let z = z.trim_start();
+        z.is_empty() || z.starts_with("UTC") || z.starts_with('.') || z.starts_with(',')
+    });
+    if !zone_ok {
+        return None;
+    }
+    let at = parse_instant_ms(&format!("{date}T{time}:00Z"))?;
+    Some(StatedReset { wait: until(at, wall_now_ms), source: HintSource::BodyText, model_only: false })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hint::parse_rfc3339_ms;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn unified_takes_the_latest_rejected_window() {
+        let now = Some(1_750_000_000_000);
+        let h = [
+            ("anthropic-ratelimit-unified-status", "rejected"),
+            ("anthropic-ratelimit-unified-reset", "1750003600"),
+            ("anthropic-ratelimit-unified-7d-status", "rejected"),
+            ("anthropic-ratelimit-unified-7d-reset", "1750086400"),
+            ("anthropic-ratelimit-unified-5h-status", "allowed"),
+            ("anthropic-ratelimit-unified-5h-reset", "1750999999"),
+        ];
+        assert_eq!(find(&h, "", now).map(|s| s.wait), Some(S(86_400)));
+        assert_eq!(find(&h[..2], "", now).map(|s| s.wait), Some(S(3600)));
+        assert_eq!(find(&[("anthropic-ratelimit-unified-status", "allowed")], "", now), None);
+    }
+
+    #[test]
+    fn a_models_own_window_is_that_models_limit() {
+        let h = [
+            ("anthropic-ratelimit-unified-status", "rejected"),
+            ("anthropic-ratelimit-unified-5h-status", "allowed"),
+            ("anthropic-ratelimit-unified-7d-status", "allowed_warning"),
+            ("anthropic-ratelimit-unified-7d_oi-status", "rejected"),
+            ("retry-after", "120"),
+        ];
+        let s = find(&h, "", Some(1_750_000_000_000));
+        assert_eq!(s.map(|s| (s.wait, s.model_only)), Some((S(120), true)));
+    }
+
+    #[test]
+    fn codex_body_and_headers() {
+        let body = r#"{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"plus","resets_in_seconds":3456}}"#;
+        assert_eq!(find(&[], body, None).map(|s| s.wait), Some(S(3456)));
+        let body = r#"{"error":{"type":"usage_limit_reached","resets_at":1750000600}}"#;
+        assert_eq!(find(&[], body, Some(1_750_000_000_000)).map(|s| s.wait), Some(S(600)));
+        let h = [
+            ("x-codex-primary-used-percent", "100.0"),
+            ("x-codex-primary-reset-after-seconds", "900"),
+            ("x-codex-secondary-used-percent", "40"),
+            ("x-codex-secondary-reset-after-seconds", "500000"),
+        ];
+        assert_eq!(find(&h, "", None).map(|s| s.wait), Some(S(900)));
+        assert_eq!(find(&h[2..], "", None), None, "a window not full states no limit");
+    }
+
+    #[test]
+    fn regain_access_names_a_day() {
+        let body =
+            "You have reached your specified API usage limits. You will regain access on 2025-07-01 at 00:00 UTC.";
+        let now = parse_rfc3339_ms("2025-06-30T12:00:00Z");
+        assert_eq!(find(&[], body, now).map(|s| s.wait), Some(S(12 * 3600)));
+        assert_eq!(find(&[], "regain access on someday", now), None);
+    }
+}
