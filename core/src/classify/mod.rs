@@ -333,7 +333,15 @@ impl Cx<'_> {
         // A usage limit that states its end (a subscription window, a spend limit's day): the
         // account's own word on when it serves again, honoured for every class.
         if (400..500).contains(&status)
-            && let Some(s) = stated::find(self.input.headers, self.input.body, self.input.wall_now_ms)
+            && let Some(s) = stated::find(
+                self.input.headers,
+                self.input.body,
+                stated::BodySays {
+                    usage_limit_reached: self.sig.has(M::UsageLimitReachedCode),
+                    regain_access: self.sig.has(M::RegainAccessOn),
+                },
+                self.input.wall_now_ms,
+            )
         {
             return self.stated(s);
         }

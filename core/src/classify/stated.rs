@@ -22,12 +22,21 @@ pub struct StatedReset {
     pub model_only: bool,
 }
 
+/// What the body's one marker scan found for [`find`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BodySays {
+    /// `usage_limit_reached` occurs.
+    pub usage_limit_reached: bool,
+    /// "regain access on" occurs.
+    pub regain_access: bool,
+}
+
 /// The usage limit an answer states, if it states one.
-pub fn find(headers: &[(&str, &str)], body: &str, wall_now_ms: Option<u64>) -> Option<StatedReset> {
+pub fn find(headers: &[(&str, &str)], body: &str, says: BodySays, wall_now_ms: Option<u64>) -> Option<StatedReset> {
     unified(headers, wall_now_ms)
-        .or_else(|| codex_body(body, wall_now_ms))
+        .or_else(|| says.usage_limit_reached.then(|| codex_body(body, wall_now_ms)).flatten())
         .or_else(|| codex_headers(headers))
-        .or_else(|| regain_access(body, wall_now_ms))
+        .or_else(|| says.regain_access.then(|| regain_access(body, wall_now_ms)).flatten())
 }
 
 fn until(at_ms: u64, wall_now_ms: Option<u64>) -> Duration {
@@ -111,13 +120,17 @@ fn codex_body(body: &str, wall_now_ms: Option<u64>) -> Option<StatedReset> {
 /// The Codex backend's window headers: a window used to 100 % ends after its
 /// `x-codex-<window>-reset-after-seconds` (the latest such, when two are full).
 fn codex_headers(headers: &[(&str, &str)]) -> Option<StatedReset> {
+    const WINDOWS: [(&str, &str); 2] = [
+        ("x-codex-primary-used-percent", "x-codex-primary-reset-after-seconds"),
+        ("x-codex-secondary-used-percent", "x-codex-secondary-reset-after-seconds"),
+    ];
     let mut wait: Option<Duration> = None;
-    for window in ["primary", "secondary"] {
-        let used = header(headers, &format!("x-codex-{window}-used-percent")).and_then(|v| v.parse::<f64>().ok());
+    for (used, reset) in WINDOWS {
+        let used = header(headers, used).and_then(|v| v.parse::<f64>().ok());
         if !used.is_some_and(|u| u >= 100.0) {
             continue;
         }
-        let after = header(headers, &format!("x-codex-{window}-reset-after-seconds"))
+        let after = header(headers, reset)
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(|s| Duration::from_secs_f64(s.min(366.0 * 86_400.0)));
@@ -152,6 +165,7 @@ mod tests {
     use crate::hint::parse_rfc3339_ms;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
+    const ALL: BodySays = BodySays { usage_limit_reached: true, regain_access: true };
 
     #[test]
     fn unified_takes_the_latest_rejected_window() {
@@ -164,9 +178,9 @@ mod tests {
             ("anthropic-ratelimit-unified-5h-status", "allowed"),
             ("anthropic-ratelimit-unified-5h-reset", "1750999999"),
         ];
-        assert_eq!(find(&h, "", now).map(|s| s.wait), Some(S(86_400)));
-        assert_eq!(find(&h[..2], "", now).map(|s| s.wait), Some(S(3600)));
-        assert_eq!(find(&[("anthropic-ratelimit-unified-status", "allowed")], "", now), None);
+        assert_eq!(find(&h, "", ALL, now).map(|s| s.wait), Some(S(86_400)));
+        assert_eq!(find(&h[..2], "", ALL, now).map(|s| s.wait), Some(S(3600)));
+        assert_eq!(find(&[("anthropic-ratelimit-unified-status", "allowed")], "", ALL, now), None);
     }
 
     #[test]
@@ -178,24 +192,24 @@ mod tests {
             ("anthropic-ratelimit-unified-7d_oi-status", "rejected"),
             ("retry-after", "120"),
         ];
-        let s = find(&h, "", Some(1_750_000_000_000));
+        let s = find(&h, "", ALL, Some(1_750_000_000_000));
         assert_eq!(s.map(|s| (s.wait, s.model_only)), Some((S(120), true)));
     }
 
     #[test]
     fn codex_body_and_headers() {
         let body = r#"{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"plus","resets_in_seconds":3456}}"#;
-        assert_eq!(find(&[], body, None).map(|s| s.wait), Some(S(3456)));
+        assert_eq!(find(&[], body, ALL, None).map(|s| s.wait), Some(S(3456)));
         let body = r#"{"error":{"type":"usage_limit_reached","resets_at":1750000600}}"#;
-        assert_eq!(find(&[], body, Some(1_750_000_000_000)).map(|s| s.wait), Some(S(600)));
+        assert_eq!(find(&[], body, ALL, Some(1_750_000_000_000)).map(|s| s.wait), Some(S(600)));
         let h = [
             ("x-codex-primary-used-percent", "100.0"),
             ("x-codex-primary-reset-after-seconds", "900"),
             ("x-codex-secondary-used-percent", "40"),
             ("x-codex-secondary-reset-after-seconds", "500000"),
         ];
-        assert_eq!(find(&h, "", None).map(|s| s.wait), Some(S(900)));
-        assert_eq!(find(&h[2..], "", None), None, "a window not full states no limit");
+        assert_eq!(find(&h, "", ALL, None).map(|s| s.wait), Some(S(900)));
+        assert_eq!(find(&h[2..], "", ALL, None), None, "a window not full states no limit");
     }
 
     #[test]
@@ -203,7 +217,7 @@ mod tests {
         let body =
             "You have reached your specified API usage limits. You will regain access on 2025-07-01 at 00:00 UTC.";
         let now = parse_rfc3339_ms("2025-06-30T12:00:00Z");
-        assert_eq!(find(&[], body, now).map(|s| s.wait), Some(S(12 * 3600)));
-        assert_eq!(find(&[], "regain access on someday", now), None);
+        assert_eq!(find(&[], body, ALL, now).map(|s| s.wait), Some(S(12 * 3600)));
+        assert_eq!(find(&[], "regain access on someday", ALL, now), None);
     }
 }

@@ -148,6 +148,10 @@ markers! {
     NotAuthorizedForRoute = "not authorized for this route",
     HasNotBeenUsedInProject = "has not been used in project",
     DoesNotHaveAccessToModel = "does not have access to model",
+    ModelNotFoundCode = "model_not_found",
+    // Usage limits that state their end (read by `stated`).
+    UsageLimitReachedCode = "usage_limit_reached",
+    RegainAccessOn = "regain access on",
     // 400: bad credentials.
     InvalidApiKey = "invalid api key",
     IncorrectApiKey = "incorrect api key",

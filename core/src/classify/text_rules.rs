@@ -121,7 +121,7 @@ impl Cx<'_> {
             }
             // A key that may not use this model (OpenAI's 403 `model_not_found`, "Project … does
             // not have access to model …"): the model is locked, the key serves on.
-            if self.structured_code().contains("model_not_found") || self.sig.has(M::DoesNotHaveAccessToModel) {
+            if self.sig.any(&[M::ModelNotFoundCode, M::DoesNotHaveAccessToModel]) {
                 return Some(self.model_denied(Reason::NotFound));
             }
             // m. Provider rules for providers that honour rule scopes.
