@@ -166,6 +166,10 @@ fn swarm_seeds_meet_real_answers_stay_safe_and_heal() {
     for format in ["openai", "anthropic"] {
         let n = swarm::answers::drawable(format, false).len();
         assert!(n >= 10, "only {n} {format} answers of the corpus are drawable");
+        eprintln!(
+            "{n} {format} answers of the corpus are drawable ({} with the terminal focus)",
+            swarm::answers::drawable(format, true).len()
+        );
     }
     let mut met = std::collections::BTreeSet::new();
     let mut runs = Vec::new();
@@ -178,6 +182,11 @@ fn swarm_seeds_meet_real_answers_stay_safe_and_heal() {
         met.extend(drawn);
     }
     assert!(met.len() >= 20, "40 seeds met only {} corpus answers: {met:?}", met.len());
+    eprintln!(
+        "40 swarm seeds met {} corpus answers; running seeds {:?}",
+        met.len(),
+        runs.iter().map(|r| r.0).collect::<Vec<_>>()
+    );
     let mut failures = Vec::new();
     for (seed, s) in &runs {
         let r = run(s, *seed);

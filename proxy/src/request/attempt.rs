@@ -7,8 +7,8 @@ use crate::recording::trace::Trace;
 use crate::request::resolve::Target;
 use crate::state::gateway::Gateway;
 use ferroute_core::breaker::Ticket;
-use ferroute_core::classify::Decision;
-use ferroute_core::engine::AttemptOutcome;
+use ferroute_core::classify::{Decision, is_provider_level_status};
+use ferroute_core::engine::{AttemptOutcome, OutcomeKind};
 use hyper_util::client::legacy::connect::Connect;
 use std::sync::Arc;
 
@@ -42,11 +42,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
         let cand = gw.candidate(&self.target);
         let now = gw.clock.now();
         let wall = gw.clock.wall_ms(now);
-        let kind = outcome.kind();
-        gw.observe(
-            now,
-            crate::state::gateway::Observed::Outcome { provider: &provider.id, connection: &connection.id, kind },
-        );
+        let raw_kind = outcome.kind();
         let telemetry = gw.telemetry.get().filter(|_| self.trace.ids.is_some_and(|i| i.sampled));
         let recorded = (gw.recorder.is_some() || telemetry.is_some()).then_some(outcome);
         let d = gw.with_engine(|e| {
@@ -61,6 +57,23 @@ impl<C: Connect + Clone + Send + Sync + 'static> Attempt<C> {
                 Some(wall),
             )
         });
+        // An upstream answer's layer is its status after restatement (M11 rewrites it before
+        // anything classifies it; a stream that failed after its 200 has the status its
+        // failure goes with): what the layer separation is judged by.
+        let kind = match (raw_kind, d.as_ref()) {
+            (OutcomeKind::AccountLevel | OutcomeKind::ProviderLevel, Some(d)) if d.upstream_status != 0 => {
+                if is_provider_level_status(d.status) {
+                    OutcomeKind::ProviderLevel
+                } else {
+                    OutcomeKind::AccountLevel
+                }
+            }
+            (k, _) => k,
+        };
+        gw.observe(
+            now,
+            crate::state::gateway::Observed::Outcome { provider: &provider.id, connection: &connection.id, kind },
+        );
         let events = gw.settle();
         if let Some(outcome) = recorded {
             let target = (provider.id.as_str(), connection.id.as_str(), &*self.target.model);
