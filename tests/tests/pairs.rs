@@ -299,3 +299,69 @@ async fn a_combo_falls_back_from_an_overloaded_gemini_provider_and_a_responses_c
         r.body
     );
 }
+
+/// `:streamGenerateContent` without `alt=sse` answers one JSON array of the same objects the
+/// events carry, whatever the provider's format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_stream_without_alt_sse_is_one_json_array_from_every_provider_format() {
+    let (_up, gw) = four().await;
+    let call = vec![("get_weather".to_owned(), json!({ "text": WEATHER }))];
+    for provider in PROVIDERS {
+        let (path, body) = gemini(provider, true, false);
+        let path = path.trim_end_matches("?alt=sse").to_owned();
+        assert!(path.ends_with(":streamGenerateContent"), "{path}");
+        let r = post(&gw, &path, &[KEY], &body).await;
+        assert_eq!(r.status, 200, "{provider}: {}", r.body);
+        assert_eq!(r.header("content-type"), Some("application/json"), "{provider}");
+        assert!(r.json().as_array().is_some_and(|a| !a.is_empty()), "{provider}: {}", r.body);
+        assert_eq!(read_gemini(&r), (String::new(), call.clone()), "{provider}: {}", r.body);
+        let (path, body) = gemini(provider, true, true);
+        let r = post(&gw, path.trim_end_matches("?alt=sse"), &[KEY], &body).await;
+        assert_eq!(r.status, 200, "{provider} (tool result): {}", r.body);
+        assert_eq!(read_gemini(&r).0, "tool said: sunny", "{provider}: {}", r.body);
+    }
+}
+
+/// The array grows as the answer comes: a raw client reads its first object while the upstream
+/// is still sending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_json_array_reaches_a_raw_client_as_it_grows() {
+    use http_body_util::BodyExt;
+    let up = upstream(
+        ScriptedUpstream::new().route("slow", Script::always(Behaviour::Echo { latency_ms: 0, chunk_ms: 400 })),
+    )
+    .await;
+    let gw = start(config(&format!("{EXTRA}{TWO_FORMATS}{NEW_FORMATS}"), &up), Persistence::Memory).await;
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "one two three four five"}]}]});
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(gw.url("/v1beta/models/oai/slow:streamGenerateContent"))
+        .header("content-type", "application/json")
+        .header(KEY.0, KEY.1)
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+        .expect("request");
+    let started = tokio::time::Instant::now();
+    let resp = client().request(req).await.expect("response");
+    assert_eq!(resp.headers().get("content-type").and_then(|v| v.to_str().ok()), Some("application/json"));
+    let mut body = resp.into_body();
+    let mut seen = String::new();
+    let mut first_at = None;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("frame").into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+            if first_at.is_none() && seen.contains('}') {
+                first_at = Some(started.elapsed());
+            }
+        }
+    }
+    let done = started.elapsed();
+    let first = first_at.expect("an object arrived");
+    assert!(seen.starts_with('['), "{seen}");
+    let objects: Value = serde_json::from_str(&seen).unwrap_or_else(|e| panic!("one JSON array ({e}): {seen}"));
+    assert!(objects.as_array().is_some_and(|a| a.len() >= 3), "{seen}");
+    // Five words 400 ms apart: the first object is read about 1.6 s before the last.
+    assert!(
+        first + std::time::Duration::from_millis(1000) < done,
+        "first object at {first:?}, whole array at {done:?}"
+    );
+}

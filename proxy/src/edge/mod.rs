@@ -10,5 +10,6 @@ pub mod auth;
 pub mod body;
 pub mod errors;
 pub mod gemini;
+pub mod gemini_array;
 pub mod head;
 pub mod serve;

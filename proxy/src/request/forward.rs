@@ -39,6 +39,9 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
         ClientApi::Gemini => crate::edge::gemini::call(req.uri().path(), req.method(), true),
         _ => None,
     };
+    // `:streamGenerateContent` without `alt=sse` answers one JSON array, as Google's API does.
+    let gemini_array = matches!(gemini, Some(crate::edge::gemini::Call::Generate { stream: true, .. }))
+        && !crate::edge::gemini_array::wants_events(req.uri().query());
     let session_headers = match SessionHeaders::read(req.headers(), read, &gw) {
         Ok(h) => h,
         Err(e) => return e.into_response_as(shape),
@@ -91,7 +94,7 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
     {
         resp.headers_mut().insert("x-ferroute-warning", v);
     }
-    resp
+    if gemini_array { crate::edge::gemini_array::as_array(resp) } else { resp }
 }
 
 /// The headers beyond HTTP's own that the request path reads: the provider APIs' own

@@ -144,7 +144,11 @@ pub fn read_gemini(r: &Reply) -> (String, Vec<(String, Value)>) {
     let chunks: Vec<Value> = if r.header("content-type") == Some("text/event-stream") {
         sse_data(&r.body).iter().map(|d| serde_json::from_str(d).expect("event JSON")).collect()
     } else {
-        vec![r.json()]
+        // `:streamGenerateContent` without `alt=sse`: one JSON array of the same objects.
+        match r.json() {
+            Value::Array(a) => a,
+            v => vec![v],
+        }
     };
     let mut text = String::new();
     let mut calls = Vec::new();
