@@ -189,7 +189,21 @@ async fn a_gemini_client_keeps_its_bytes_to_a_gemini_provider_and_its_key_in_any
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(r.header("x-ferroute-translation-dropped"), Some("generationConfig.topK, safetySettings"));
+    assert_eq!(r.header("x-ferroute-translation-dropped"), Some("safetySettings, generationConfig.topK"));
+    let sent: Value = serde_json::from_str(&up.script.requests().pop().expect("a request").body).expect("JSON");
+    assert!(sent.get("top_k").is_none() && sent.get("x_ferroute_top_k").is_none(), "{sent}");
+    // Anthropic has top-k: it arrives as `top_k`, and only safetySettings is named.
+    let r = send(
+        "POST",
+        &gw.url("/v1beta/models/ant/tools:generateContent"),
+        &[("content-type", "application/json"), ("x-goog-api-key", "team-key-0001")],
+        raw,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("x-ferroute-translation-dropped"), Some("safetySettings"));
+    let sent: Value = serde_json::from_str(&up.script.requests().pop().expect("a request").body).expect("JSON");
+    assert_eq!(sent["top_k"], 3, "{sent}");
     // No key, a wrong key: Google's shape.
     let r = send("POST", &gw.url("/v1beta/models/gem/tools:generateContent"), &[], raw).await;
     assert_eq!(r.status, 401);

@@ -339,7 +339,7 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
                 model_at = inb.model_at.clone();
                 (Value::Null, Some(raw.clone()))
             }
-            None => (body()?.clone(), None),
+            None => (without_extensions(body()?, &mut dropped), None),
         }
     } else if let Some(bytes) = if format == Format::Anthropic && wire(inb.api) == Format::Openai {
         chat_messages::plain_request(body()?)
@@ -401,8 +401,21 @@ fn from_chat(chat: &Value, format: Format) -> Result<Translated, Untranslatable>
         Format::Gemini => chat_gemini::request(chat),
         Format::Responses => chat_responses::request(chat),
         Format::Anthropic => chat_messages::request(chat),
-        Format::Openai => Ok(Translated { body: chat.clone(), dropped: Vec::new() }),
+        Format::Openai => {
+            let mut dropped = Vec::new();
+            Ok(Translated { body: without_extensions(chat, &mut dropped), dropped })
+        }
     }
+}
+
+/// The chat middle as a chat provider gets it: its extensions (a Gemini client's top-k) left
+/// out and named in `dropped`.
+fn without_extensions(chat: &Value, dropped: &mut Vec<String>) -> Value {
+    let mut body = chat.clone();
+    if body.as_object_mut().and_then(|o| o.remove(crate::translate::TOP_K)).is_some_and(|v| !v.is_null()) {
+        dropped.push("generationConfig.topK".to_owned());
+    }
+    body
 }
 
 /// A whole (non-streamed) upstream answer in the client's API; `Err` when the provider's body

@@ -44,6 +44,7 @@ pub fn request(chat: &Value) -> Result<Translated, Untranslatable> {
     for (from, to) in [
         ("temperature", "temperature"),
         ("top_p", "topP"),
+        (super::TOP_K, "topK"),
         ("presence_penalty", "presencePenalty"),
         ("frequency_penalty", "frequencyPenalty"),
         ("seed", "seed"),

@@ -66,6 +66,9 @@ pub fn request(chat: &Value) -> Result<Translated, Untranslatable> {
             body.insert(k.into(), v.clone());
         }
     }
+    if let Some(v) = obj.get(super::TOP_K).filter(|v| !v.is_null()) {
+        body.insert("top_k".into(), v.clone());
+    }
     match obj.get("stop") {
         Some(Value::String(s)) => {
             body.insert("stop_sequences".into(), json!([s]));

@@ -31,6 +31,9 @@ pub fn request(chat: &Value) -> Result<Translated, Untranslatable> {
     refuse_unless(obj, "stop", |v| v.as_array().is_some_and(Vec::is_empty), "the Responses API has no stop sequences")?;
     refuse_unless(obj, "store", |v| v == &Value::Bool(false), "Ferroute does not store completions")?;
     let mut out = Translated { body: json!({}), dropped: Vec::new() };
+    if obj.get(super::TOP_K).is_some_and(|v| !v.is_null()) {
+        out.note("generationConfig.topK");
+    }
     let mut body = Map::new();
     let (instructions, input) = input(obj.get("messages"))?;
     if !instructions.is_empty() {

@@ -324,8 +324,10 @@ fn generation(g: &Value, chat: &mut Map<String, Value>, out: &mut Translated) ->
             chat.insert(to.into(), v.clone());
         }
     }
-    if g.get("topK").is_some_and(|v| !v.is_null()) {
-        out.note("generationConfig.topK");
+    // Carried to the providers that have it (Anthropic's `top_k`); dropped, and named, for the
+    // others where the request is made for them.
+    if let Some(k) = g.get("topK").filter(|v| !v.is_null()) {
+        chat.insert(super::TOP_K.into(), k.clone());
     }
     if let Some(s) = g.get("stopSequences").and_then(Value::as_array).filter(|s| !s.is_empty()) {
         chat.insert("stop".into(), Value::Array(s.clone()));
