@@ -42,6 +42,23 @@ impl Dialect {
     }
 }
 
+/// What the scripted Gemini provider answers to `:countTokens`: its own figure, a token for
+/// every character of text in `contents` (or `generateContentRequest.contents`), so that a
+/// client can tell it from the gateway's estimate (a token for about four).
+pub fn count_tokens(json: &Value) -> Value {
+    let request = json.get("generateContentRequest").unwrap_or(json);
+    let chars: usize = request
+        .get("contents")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c.get("parts").and_then(Value::as_array).into_iter().flatten())
+        .filter_map(|p| p.get("text").and_then(Value::as_str))
+        .map(|t| t.chars().count())
+        .sum();
+    serde_json::json!({ "totalTokens": chars })
+}
+
 fn text_of(parts: Option<&Value>) -> String {
     match parts {
         Some(Value::String(s)) => s.clone(),

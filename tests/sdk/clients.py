@@ -165,7 +165,11 @@ def check_gemini(model, stream):
 def check_gemini_api(model, _stream):
     names = [m.name for m in gem.models.list()]
     assert "models/gem/tools" in names and "models/mixed" in names, names
+    # A Gemini-format target counts (the scripted provider: a token a character); another
+    # format is estimated (a token for about four characters).
     n = gem.models.count_tokens(model=model, contents="twelve chars")
+    assert n.total_tokens == 12, n
+    n = gem.models.count_tokens(model="oai/tools", contents="twelve chars")
     assert n.total_tokens == 3, n
     # A 429 reaches the SDK as its ClientError, in Google's shape.
     try:

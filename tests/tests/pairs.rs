@@ -214,7 +214,7 @@ async fn a_gemini_client_keeps_its_bytes_to_a_gemini_provider_and_its_key_in_any
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gemini_api_lists_models_counts_tokens_and_refuses_in_googles_shape() {
-    let (_up, gw) = four().await;
+    let (up, gw) = four().await;
     let r = send("GET", &gw.url("/v1beta/models"), &[KEY], "").await;
     assert_eq!(r.status, 200, "{}", r.body);
     let names: Vec<String> = r.json()["models"]
@@ -234,14 +234,21 @@ async fn the_gemini_api_lists_models_counts_tokens_and_refuses_in_googles_shape(
     let r = send("GET", &gw.url("/v1beta/models/oai/tools"), &[KEY], "").await;
     assert_eq!(r.json()["name"], "models/oai/tools", "{}", r.body);
 
-    let r = post(
-        &gw,
-        "/v1beta/models/gem/tools:countTokens",
-        &[KEY],
-        &json!({"contents": [{"parts": [{"text": "twelve chars"}]}]}),
-    )
-    .await;
+    // A Gemini-format target counts exactly (the scripted provider's figure: a token a
+    // character), in one upstream call with the connection's key.
+    let before = up.script.requests().len();
+    let count = json!({"contents": [{"parts": [{"text": "twelve chars"}]}]});
+    let r = post(&gw, "/v1beta/models/gem/tools:countTokens", &[KEY], &count).await;
+    assert_eq!((r.status, r.json()), (200, json!({"totalTokens": 12})), "{}", r.body);
+    let sent = up.script.requests();
+    assert_eq!(sent.len(), before + 1, "one upstream call");
+    let last = sent.last().expect("the call");
+    assert!(last.path.ends_with("/models/tools:countTokens"), "{}", last.path);
+    assert_eq!(last.headers.get("x-goog-api-key").map(String::as_str), Some("sk-gem"));
+    // Any other format is estimated (a token for about four characters), with no upstream call.
+    let r = post(&gw, "/v1beta/models/oai/tools:countTokens", &[KEY], &count).await;
     assert_eq!((r.status, r.json()), (200, json!({"totalTokens": 3})), "{}", r.body);
+    assert_eq!(up.script.requests().len(), before + 1);
 
     let refusals = [
         (json!({"contents": [{"parts": [{"text": "x"}]}], "tools": [{"googleSearch": {}}]}), "tools[0].googleSearch"),

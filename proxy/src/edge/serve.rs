@@ -156,7 +156,7 @@ async fn google<C: Connect + Clone + Send + Sync + 'static>(
     };
     match call {
         Call::Generate { .. } => forward(Arc::clone(gw), req, client, ClientApi::Gemini).await,
-        Call::CountTokens { .. } => crate::ops::google::count_tokens(gw, req).await,
+        Call::CountTokens { model } => crate::ops::google::count_tokens(gw, req, &client, &model).await,
         Call::List => crate::ops::google::list(gw),
         Call::Get { model } => crate::ops::google::get(gw, &model),
         Call::Unknown { method } => crate::edge::errors::ProxyError::new(

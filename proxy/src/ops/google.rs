@@ -1,12 +1,18 @@
-//! The Gemini API's model list in Google's shape, and `countTokens` answered by estimate.
+//! The Gemini API's model list in Google's shape, and `countTokens`: answered by a Gemini-format
+//! target when the model has one, else by estimate.
 
+use crate::edge::auth::Client;
 use crate::edge::body::{json_object, read_body};
 use crate::edge::errors::{Body, ErrorShape, json_response};
 use crate::state::gateway::Gateway;
+use bytes::Bytes;
+use ferroute_core::types::Format;
 use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::Connect;
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A model as Google lists it.
@@ -53,20 +59,81 @@ pub fn get<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, model: &
     }
 }
 
-/// `POST …:countTokens`: an estimate (about four characters a token) of the request given as
-/// `contents` or as `generateContentRequest`.
+/// `POST …:countTokens`: asked of the model's first Gemini-format target that this key may use
+/// and that is not cooling or ended (its own exact count, one upstream call); any other model,
+/// or a target that does not answer 200, gets an estimate (about four characters a token) of
+/// the request given as `contents` or as `generateContentRequest`.
 pub async fn count_tokens<C: Connect + Clone + Send + Sync + 'static>(
-    gw: &Gateway<C>,
+    gw: &Arc<Gateway<C>>,
     req: Request<Incoming>,
+    client: &Client,
+    model: &str,
 ) -> Response<Body> {
     let limit = Duration::from_millis(gw.config.server.body_read_timeout_ms);
     let raw = match read_body(req, gw.config.server.max_body_bytes, limit).await {
         Ok(b) => b,
         Err(e) => return e.into_response_as(ErrorShape::Google),
     };
-    match json_object(&raw) {
-        Ok(v) => json_response(200, serde_json::json!({ "totalTokens": estimate_tokens(&v) }).to_string()),
-        Err(e) => e.into_response_as(ErrorShape::Google),
+    let body = match json_object(&raw) {
+        Ok(v) => v,
+        Err(e) => return e.into_response_as(ErrorShape::Google),
+    };
+    if let Some(answer) = counted_upstream(gw, client, model, &body).await {
+        return answer;
+    }
+    json_response(200, serde_json::json!({ "totalTokens": estimate_tokens(&body) }).to_string())
+}
+
+/// The count of the model's first eligible Gemini-format target, when one answers 200.
+async fn counted_upstream<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Arc<Gateway<C>>,
+    client: &Client,
+    model: &str,
+    body: &Value,
+) -> Option<Response<Body>> {
+    let plan = gw.resolve(model).ok()?;
+    let now = gw.clock.now();
+    let target = plan.targets.iter().find(|t| {
+        let (p, c) = gw.parts(t);
+        p.format == Format::Gemini
+            && client.may_use(&c.id)
+            && matches!(gw.endpoints.credential(t.connection), Ok(Some(_)))
+            && gw.with_engine(|e| e.exclusion(now, &gw.candidate(t)).is_none())
+    })?;
+    let (provider, connection) = gw.parts(target);
+    let uri = gw.endpoints.count_tokens_uri(target.provider, &target.model).ok()?;
+    // A whole request names its model as the client does: the provider's own name instead.
+    let mut body = body.clone();
+    if let Some(inner) = body.get_mut("generateContentRequest").and_then(Value::as_object_mut)
+        && inner.contains_key("model")
+    {
+        inner.insert("model".into(), Value::String(format!("models/{}", target.model)));
+    }
+    let mut req = Request::post(uri).header(http::header::CONTENT_TYPE, "application/json");
+    if let Ok(Some((name, value))) = gw.endpoints.credential(target.connection) {
+        req = req.header(name.clone(), value.clone());
+    }
+    let req = req.body(Full::new(Bytes::from(body.to_string()))).ok()?;
+    let budget = Duration::from_millis(gw.config.server.body_read_timeout_ms.max(1));
+    let answer = async {
+        let resp = gw.client.request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok::<_, String>((status, bytes))
+    };
+    match tokio::time::timeout(budget, answer).await {
+        Ok(Ok((status, bytes))) if status.is_success() && serde_json::from_slice::<Value>(&bytes).is_ok() => {
+            Some(json_response(200, String::from_utf8_lossy(&bytes).into_owned()))
+        }
+        other => {
+            let why = match other {
+                Ok(Ok((status, _))) => format!("answered {status}"),
+                Ok(Err(e)) => e,
+                Err(_) => "did not answer in time".to_owned(),
+            };
+            tracing::info!(provider = %provider.id, connection = %connection.id, %why, "countTokens estimated: the Gemini target gave no count");
+            None
+        }
     }
 }
 

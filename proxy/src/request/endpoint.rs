@@ -150,6 +150,12 @@ impl Endpoints {
         }
     }
 
+    /// A Gemini provider's `countTokens` endpoint for `model`.
+    pub fn count_tokens_uri(&self, provider: usize, model: &str) -> Result<Uri, String> {
+        Uri::try_from(format!("{}/models/{}:countTokens", self.bases[provider], path_escaped(model)))
+            .map_err(|e| format!("model {model:?} cannot be put in a URL: {e}"))
+    }
+
     /// Connection `connection`'s credential header, if it has a key.
     pub fn credential(&self, connection: usize) -> Result<Option<&(HeaderName, HeaderValue)>, &str> {
         match &self.credentials[connection] {
