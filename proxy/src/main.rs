@@ -234,6 +234,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
+    for c in &config.connections {
+        if let Some(o) = &c.oauth {
+            tracing::info!(connection = %c.id, preset = %o.preset, "subscription account: its provider's terms decide who may use it (docs/subscription-terms.md)");
+        }
+    }
     let demo_addr = if config.demo {
         let addr = proxy::ops::demo::start().await.context("cannot start the demo provider")?;
         tracing::info!(upstream = %addr, "no provider configured: serving the built-in demo providers (demo/echo, demo/tools, demo/flaky; demo-claude, demo-gemini and demo-responses serve echo and tools in the Anthropic, Gemini and Responses formats)");

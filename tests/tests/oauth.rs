@@ -277,3 +277,31 @@ async fn ten_minutes_on_sixty_second_tokens() {
     assert_eq!((stats.reused, stats.refused, stats.expired_presented), (0, 0, 0), "{stats:?}");
     gw.stop().await;
 }
+
+/// Ferroute sends each client's request as it is, translated where formats differ, and adds no
+/// identity the client did not send: a chat client's request to a Claude subscription arrives
+/// without a system prompt and without a user agent, carrying only the OAuth beta it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_translated_request_to_a_subscription_gets_no_identity_the_client_did_not_send() {
+    let tokens = token_server(Duration::from_secs(3600)).await;
+    let up = guarded(&tokens).await;
+    let gw = start(accounts(&up, &tokens, &[tokens.server.sign_in()], false), Persistence::Memory).await;
+    let body = serde_json::json!({"model": "sub/m", "messages": [{"role": "user", "content": "hi"}]});
+    let r = send(
+        "POST",
+        &gw.url("/v1/chat/completions"),
+        &[("content-type", "application/json"), ("user-agent", "some-agent/1.0")],
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let seen = up.script.requests().pop().expect("the request upstream");
+    assert!(seen.path.ends_with("/messages"), "{}", seen.path);
+    let sent: serde_json::Value = serde_json::from_str(&seen.body).expect("JSON");
+    assert!(sent.get("system").is_none(), "no system prompt was added: {sent}");
+    assert_eq!(sent["messages"], serde_json::json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}]));
+    assert!(!seen.body.contains("Claude Code"), "{}", seen.body);
+    assert!(!seen.headers.contains_key("user-agent"), "no user agent was added: {:?}", seen.headers);
+    assert_eq!(seen.headers.get("anthropic-beta").map(String::as_str), Some("oauth-2025-04-20"));
+    gw.stop().await;
+}

@@ -412,6 +412,31 @@ impl Config {
                 if self.state.backend == Backend::Redis { " and in Redis" } else { "" }
             ));
         }
+        out.extend(self.shared_subscriptions());
+        out
+    }
+
+    /// A subscription account (an OAuth connection) that more than one client key may use: a
+    /// subscription belongs to one subscriber (docs/subscription-terms.md). Restricting it with
+    /// `allowed_connections` on one key answers it.
+    fn shared_subscriptions(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for c in self.connections.iter().filter(|c| c.oauth.is_some()) {
+            let keys: Vec<&str> = self
+                .keys
+                .iter()
+                .filter(|k| k.allowed_connections.is_empty() || k.allowed_connections.contains(&c.id))
+                .map(|k| k.id.as_str())
+                .collect();
+            if keys.len() > 1 {
+                out.push(format!(
+                    "subscription connection {:?} can serve {} client keys ({}): a subscription's terms reserve it for its                      subscriber (docs/subscription-terms.md); name it in allowed_connections of one key only",
+                    c.id,
+                    keys.len(),
+                    keys.join(", ")
+                ));
+            }
+        }
         out
     }
 

@@ -177,6 +177,48 @@ egress_ip = "10.0.0.7"
 "#;
 
 #[test]
+fn a_subscription_two_client_keys_may_use_is_a_warning_until_one_key_names_it() {
+    let text = |allowed: &str| {
+        format!(
+            r#"
+[[keys]]
+id = "alice"
+key = "k-alice-0001"
+{allowed}
+[[keys]]
+id = "bob"
+key = "k-bob-0001"
+allowed_connections = ["key-1"]
+[[providers]]
+id = "sub"
+format = "anthropic"
+class = "oauth"
+base_url = "http://127.0.0.1:9/v1"
+[[connections]]
+id = "max-1"
+provider = "sub"
+oauth = {{ preset = "claude", access_token = "a", refresh_token = "r", expires_at = 1790000000000 }}
+[[connections]]
+id = "key-1"
+provider = "sub"
+api_key = "sk-1"
+"#
+        )
+    };
+    let shared =
+        |c: &Config| c.warnings.iter().filter(|w| w.contains("subscription connection")).cloned().collect::<Vec<_>>();
+    // alice may use every connection, bob only the key: one key may use the subscription.
+    assert_eq!(shared(&parse(&text("")).expect("loads")), Vec::<String>::new());
+    // Both may: a warning naming the connection, both keys and the page.
+    let c = parse(&text("").replace(r#"allowed_connections = ["key-1"]"#, "")).expect("loads");
+    let w = shared(&c);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("\"max-1\"") && w[0].contains("alice, bob") && w[0].contains("subscription-terms"), "{w:?}");
+    // Named by one key only (alice's), the other key kept to its own: quiet again.
+    assert_eq!(shared(&parse(&text(r#"allowed_connections = ["max-1"]"#)).expect("loads")), Vec::<String>::new());
+}
+
+#[test]
 fn a_provider_without_connections_is_a_warning_not_an_error() {
     let c = parse(TWO_PROVIDERS).expect("loads");
     assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
