@@ -1,5 +1,5 @@
 //! Swarm mode (after TigerBeetle's VOPR): a seed picks a random mix of upstream faults and a
-//! random workload, over providers of both wire formats and clients of both APIs. A safety
+//! random workload, over providers of all four wire formats and clients of both APIs. A safety
 //! phase runs with faults; then every fault heals and a liveness phase requires every breaker
 //! to close, every cooldown to end, every connection to serve and every permit to return within
 //! a bound. A seed may lean toward a [`Focus`]: a mix that makes some transitions likely (quota
@@ -45,7 +45,13 @@ fn fault(rng: &mut ChaCha8Rng, format: &str) -> Behaviour {
         // The same reason without a hint: the backoff decides.
         6 => Behaviour::status(429, r#"{"error":{"message":"Too many requests"}}"#),
         // A stream that is alive but says nothing: pings (Anthropic) or empty deltas (OpenAI).
-        7 => keep_alives(rng, format),
+        // (The newer formats have no keep-alive events: a slow echo stands in.)
+        7 => match keep_alives(rng, format) {
+            _ if matches!(format, "responses" | "gemini") => {
+                Behaviour::Echo { latency_ms: rng.random_range(0..100), chunk_ms: rng.random_range(200..1_000) }
+            }
+            ka => ka,
+        },
         _ => Behaviour::Echo { latency_ms: rng.random_range(0..100), chunk_ms: rng.random_range(0..50) },
     }
 }
@@ -93,7 +99,8 @@ pub fn generate_with(seed: u64, focus: Focus) -> Scenario {
     let mut rf = ChaCha8Rng::seed_from_u64(seed ^ 0xf0c5_0f0c);
     let mut d = Draft { providers: rng.random_range(1..=3usize), ..Default::default() };
     let mut rc = ChaCha8Rng::seed_from_u64(seed ^ 0xa45e_c0de);
-    providers(&mut d, (&mut rng, &mut rf, &mut rc), focus);
+    let mut rn = ChaCha8Rng::seed_from_u64(seed ^ 0x6e77_f0a7);
+    providers(&mut d, (&mut rng, &mut rf, &mut rc, &mut rn), focus);
     let targets: Vec<String> = (0..d.providers).map(|p| format!("\"p{p}/m\"")).collect();
     // Mostly a routing strategy; sometimes a multi-call one (fusion judged by the first
     // provider, or a pipeline), which needs two targets.
@@ -168,15 +175,23 @@ pub fn from_name(name: &str) -> Option<Scenario> {
 
 /// The API-key providers `p0…`, each with one to three connections and a script of 5 s fault
 /// slices over the safety phase (healthy afterwards), some of them real answers of the corpus.
-/// `rngs`: the seed's main stream, its focus's and its corpus draws'.
-fn providers(d: &mut Draft, rngs: (&mut ChaCha8Rng, &mut ChaCha8Rng, &mut ChaCha8Rng), focus: Focus) {
-    let (rng, rf, rc) = rngs;
+/// `rngs`: the seed's main stream, its focus's, its corpus draws' and its newer formats'.
+fn providers(d: &mut Draft, rngs: (&mut ChaCha8Rng, &mut ChaCha8Rng, &mut ChaCha8Rng, &mut ChaCha8Rng), focus: Focus) {
+    let (rng, rf, rc, rn) = rngs;
     for p in 0..d.providers {
         let host = format!("up-{p}");
         let drawn = if rng.random_bool(0.5) { "api_key" } else { "local" };
         let class = focus.class(p, drawn);
-        // Providers of both wire formats: requests cross formats wherever client and provider differ.
-        let format = if rng.random_bool(0.5) { "anthropic" } else { "openai" };
+        // Providers of every wire format: requests cross formats wherever client and provider
+        // differ. A quarter of them speak the newer formats (on a stream of their own, so that
+        // a seed whose providers all keep their older format keeps its scenario): a chat
+        // provider becomes a Responses one, an Anthropic one a Gemini one.
+        let older = if rng.random_bool(0.5) { "anthropic" } else { "openai" };
+        let format = match (older, rn.random_bool(0.25)) {
+            ("openai", true) => "responses",
+            ("anthropic", true) => "gemini",
+            (f, _) => f,
+        };
         let within = Strategy::FOR_CONNECTIONS[rng.random_range(0..Strategy::FOR_CONNECTIONS.len())].as_str();
         d.gateway.push_str(&format!(
             "[[providers]]\nid = \"p{p}\"\nformat = \"{format}\"\nbase_url = \"http://{host}:9000/v1\"\nclass = \"{class}\"\nmodels = [\"m\"]\nstart_timeout_ms = 3000\nconnection_strategy = \"{within}\"\n"
