@@ -1,51 +1,13 @@
 //! Classifies every answer of the corpus REPS times (the first argument), for an instruction
-//! count under callgrind: run with 0 and with REPS, and divide the difference by REPS × answers.
+//! count under callgrind: run it with 1 and with 21 and divide the difference by 20 × answers (the
+//! one-time building of the marker automaton falls out).
 
 use ferroute_core::classify::{ErrorInput, classify, default_profile};
 use ferroute_core::settings::ResilienceSettings;
-use ferroute_core::types::{Format, ProviderClass};
+#[path = "../benches/answers/mod.rs"]
+mod answers;
+use answers::answers;
 use std::hint::black_box;
-
-/// One answer as the bench reads it.
-struct Answer {
-    format: Format,
-    class: ProviderClass,
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-/// The corpus's answers, read with plain TOML (the bench does not depend on `scenarios`).
-fn answers() -> Vec<Answer> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/corpus");
-    let mut files: Vec<_> =
-        std::fs::read_dir(&dir).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
-    files.retain(|p: &std::path::PathBuf| p.extension().is_some_and(|x| x == "toml"));
-    files.sort();
-    let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap_or_default();
-        let Ok(v) = text.parse::<toml::Table>() else { continue };
-        for a in v.get("answer").and_then(|a| a.as_array()).into_iter().flatten() {
-            let s = |k: &str| a.get(k).and_then(|x| x.as_str()).unwrap_or("").to_owned();
-            let format = Format::parse(&s("format")).unwrap_or_default();
-            let class = if s("backend") == "api" { ProviderClass::ApiKey } else { ProviderClass::OAuth };
-            let headers = a
-                .get("headers")
-                .and_then(|h| h.as_array())
-                .into_iter()
-                .flatten()
-                .filter_map(|p| {
-                    let p = p.as_array()?;
-                    Some((p.first()?.as_str()?.to_owned(), p.get(1)?.as_str()?.to_owned()))
-                })
-                .collect();
-            let status = a.get("status").and_then(|x| x.as_integer()).unwrap_or(500) as u16;
-            out.push(Answer { format, class, status, headers, body: s("body") });
-        }
-    }
-    out
-}
 
 fn main() {
     let reps: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1);
