@@ -1,7 +1,10 @@
 //! The corpus's answers (`scenarios/corpus/`) read with plain TOML, for the corpus bench and
 //! the callgrind driver (`examples/classify_corpus.rs`): neither depends on `scenarios`.
 
+use ferroute_core::classify::{ErrorInput, classify, default_profile};
+use ferroute_core::settings::ResilienceSettings;
 use ferroute_core::types::{Format, ProviderClass};
+use std::hint::black_box;
 
 /// One answer as the bench reads it.
 pub struct Answer {
@@ -42,4 +45,25 @@ pub fn answers() -> Vec<Answer> {
         }
     }
     out
+}
+
+/// Classifies every answer once, as a provider of its format and class with `settings` would,
+/// read at 2026-01-01T00:00:00Z.
+pub fn classify_each(answers: &[Answer], settings: &ResilienceSettings) {
+    for a in answers {
+        let headers: Vec<(&str, &str)> = a.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let input = ErrorInput {
+            provider: default_profile(a.format, a.class),
+            provider_id: "bench",
+            format: a.format,
+            class: a.class,
+            status: a.status,
+            headers: &headers,
+            body: &a.body,
+            backoff_level: 0,
+            wall_now_ms: Some(1_767_225_600_000),
+            until_daily_reset: None,
+        };
+        black_box(classify(black_box(&input), &settings.cooldown_profile(a.class), &[]));
+    }
 }
