@@ -127,6 +127,14 @@ async fn retry_after_agrees(a: &Answer) -> Result<(), String> {
         kept = kept.max(secs_until(&gw, &l["expires_at"]).unwrap_or(0.0));
     }
     gw.stop().await;
+    // A stream that failed after its 200 reaches the client as an error in its API's shape,
+    // in the failure's own words, never as the upstream's events.
+    if streams(a)
+        && r.status != 200
+        && (r.body.contains("data:") || serde_json::from_str::<serde_json::Value>(&r.body).is_err())
+    {
+        return Err(format!("{} ({}): a failed stream reached the client as {}", a.id, a.file, r.body));
+    }
     if r.status != 429 {
         return Ok(());
     }

@@ -249,8 +249,10 @@ fn failed_with<C: Connect + Clone + Send + Sync + 'static>(
         // A model-scoped refusal: the next target may accept this many tools.
         decision.should_fallback = true;
     }
+    // A stream that failed after its 200: its failure event's own words, not the events.
+    let words = if status.is_success() { crate::request::peek::failure_body(&text) } else { None };
     let failure = Failure {
-        message: upstream_message(&text),
+        message: upstream_message(words.as_deref().unwrap_or(&text)),
         decision,
         connection: conn_id.clone(),
         provider: provider.id.clone(),

@@ -70,6 +70,19 @@ pub async fn peek(resp: Response<Incoming>, deadline: tokio::time::Instant) -> P
 /// The events that open a stream before its content.
 const OPENING: &[&str] = &["response.created", "response.in_progress", "response.queued", "message_start", "ping"];
 
+/// The failure event's own words in what a failed stream sent (`response.failed`'s
+/// `response.error`, an error event's `error`): what the client is told instead of the events.
+pub fn failure_body(text: &str) -> Option<String> {
+    text.lines().filter_map(|l| l.strip_prefix("data:")).find_map(|data| {
+        let v: serde_json::Value = serde_json::from_str(data.trim()).ok()?;
+        let error = match v.get("type").and_then(|t| t.as_str()) {
+            Some("response.failed") => v.pointer("/response/error")?,
+            _ => v.get("error").filter(|e| !e.is_null())?,
+        };
+        Some(serde_json::json!({ "error": error }).to_string())
+    })
+}
+
 /// Reads the complete events of `text` (line endings of any kind).
 fn seen(text: &str) -> Seen {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -128,6 +141,16 @@ mod tests {
             Seen::Failure
         );
         assert_eq!(seen("data: {\"error\":{\"message\":\"quota\"}}\n\n"), Seen::Failure);
+    }
+
+    #[test]
+    fn a_failed_streams_words_are_its_error() {
+        let t = "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"slow down\"}}}\n\n";
+        let body = failure_body(t).unwrap_or_default();
+        assert_eq!(crate::edge::errors::upstream_message(&body), "slow down");
+        let t = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+        assert_eq!(crate::edge::errors::upstream_message(&failure_body(t).unwrap_or_default()), "Overloaded");
+        assert_eq!(failure_body("data: {\"choices\":[]}\n\n"), None);
     }
 
     #[test]
