@@ -250,7 +250,7 @@ fn failed_with<C: Connect + Clone + Send + Sync + 'static>(
         decision.should_fallback = true;
     }
     // A stream that failed after its 200: its failure event's own words, not the events.
-    let words = if status.is_success() { crate::request::peek::failure_body(&text) } else { None };
+    let words = if status.is_success() { ferroute_core::classify::in_stream::failure_body(&text) } else { None };
     let failure = Failure {
         message: upstream_message(words.as_deref().unwrap_or(&text)),
         decision,
