@@ -207,6 +207,20 @@ impl Cx<'_> {
         self.base(reason, true, self.cooldown(self.profile.scaled(level), self.profile.next_level(level), None))
     }
 
+    /// A usage limit that states its end (a subscription window, a spend limit's day, a monthly
+    /// cap): the account's own word on when it serves again, honoured for every class.
+    fn stated_limit(&self) -> Option<Decision> {
+        if !(400..500).contains(&self.status) {
+            return None;
+        }
+        let says = stated::BodySays {
+            usage_limit_reached: self.sig.has(M::UsageLimitReachedCode),
+            regain_access: self.sig.has(M::RegainAccessOn),
+            monthly_spend: refusals::is_monthly_spend_limit(self.sig),
+        };
+        stated::find(self.input.headers, self.input.body, says, self.input.wall_now_ms).map(|s| self.stated(s))
+    }
+
     /// A usage limit with a stated end: the connection cools until then (capped by
     /// `max_stated_reset_ms`; an hour when the end is stated but unknown), and the client is told
     /// the same wait.
@@ -330,20 +344,8 @@ impl Cx<'_> {
         {
             return self.rule_decision(m);
         }
-        // A usage limit that states its end (a subscription window, a spend limit's day): the
-        // account's own word on when it serves again, honoured for every class.
-        if (400..500).contains(&status)
-            && let Some(s) = stated::find(
-                self.input.headers,
-                self.input.body,
-                stated::BodySays {
-                    usage_limit_reached: self.sig.has(M::UsageLimitReachedCode),
-                    regain_access: self.sig.has(M::RegainAccessOn),
-                },
-                self.input.wall_now_ms,
-            )
-        {
-            return self.stated(s);
+        if let Some(d) = self.stated_limit() {
+            return d;
         }
         // Google's structured errors, for the providers that send them.
         if google::applies(self.input.provider)

@@ -1,7 +1,8 @@
 //! Usage limits that state when they end: a subscription's window (Anthropic's
 //! `anthropic-ratelimit-unified-*` headers, the Codex backend's `usage_limit_reached` body and
-//! `x-codex-*-reset-after-seconds` headers) and an API key's spend limit that names the day
-//! access returns ("You will regain access on 2026-01-01 at 00:00 UTC").
+//! `x-codex-*-reset-after-seconds` headers), an API key's spend limit that names the day
+//! access returns ("You will regain access on 2026-01-01 at 00:00 UTC") and a monthly spend
+//! cap (the month's end).
 //!
 //! These are read by what the answer says, for every provider and class: a stated end is the
 //! account's own word on when it can serve again, so it is honoured even where retry hints are
@@ -29,6 +30,8 @@ pub struct BodySays {
     pub usage_limit_reached: bool,
     /// "regain access on" occurs.
     pub regain_access: bool,
+    /// "monthly spend limit" occurs.
+    pub monthly_spend: bool,
 }
 
 /// The usage limit an answer states, if it states one.
@@ -37,6 +40,7 @@ pub fn find(headers: &[(&str, &str)], body: &str, says: BodySays, wall_now_ms: O
         .or_else(|| says.usage_limit_reached.then(|| codex_body(body, wall_now_ms)).flatten())
         .or_else(|| codex_headers(headers))
         .or_else(|| says.regain_access.then(|| regain_access(body, wall_now_ms)).flatten())
+        .or_else(|| says.monthly_spend.then(|| monthly(wall_now_ms)))
 }
 
 fn until(at_ms: u64, wall_now_ms: Option<u64>) -> Duration {
@@ -97,9 +101,6 @@ fn unified(headers: &[(&str, &str)], wall_now_ms: Option<u64>) -> Option<StatedR
 /// The Codex backend's usage limit: `{"error":{"type":"usage_limit_reached", "resets_in_seconds":
 /// N, "resets_at": EPOCH}}`.
 fn codex_body(body: &str, wall_now_ms: Option<u64>) -> Option<StatedReset> {
-    if !body.contains("usage_limit_reached") {
-        return None;
-    }
     let v: serde_json::Value = serde_json::from_str(body.trim_start()).ok()?;
     let e = v.get("error").unwrap_or(&v);
     let kind = e.get("type").or_else(|| e.get("code")).and_then(|t| t.as_str())?;
@@ -159,13 +160,22 @@ fn regain_access(body: &str, wall_now_ms: Option<u64>) -> Option<StatedReset> {
     Some(StatedReset { wait: until(at, wall_now_ms), source: HintSource::BodyText, model_only: false })
 }
 
+/// A monthly spend cap ("This request would exceed your account's monthly spend limit"): it
+/// ends with the month, UTC (unknown without a wall clock).
+fn monthly(wall_now_ms: Option<u64>) -> StatedReset {
+    let wait = wall_now_ms.map_or(Duration::ZERO, crate::calendar::until_next_month_utc);
+    StatedReset { wait, source: HintSource::BodyText, model_only: false }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hint::parse_rfc3339_ms;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
-    const ALL: BodySays = BodySays { usage_limit_reached: true, regain_access: true };
+    /// The body markers these bodies carry (a monthly cap is named only where a test says so:
+    /// it needs no more than the marker).
+    const ALL: BodySays = BodySays { usage_limit_reached: true, regain_access: true, monthly_spend: false };
 
     #[test]
     fn unified_takes_the_latest_rejected_window() {
@@ -219,5 +229,14 @@ mod tests {
         let now = parse_rfc3339_ms("2025-06-30T12:00:00Z");
         assert_eq!(find(&[], body, ALL, now).map(|s| s.wait), Some(S(12 * 3600)));
         assert_eq!(find(&[], "regain access on someday", ALL, now), None);
+    }
+
+    #[test]
+    fn a_monthly_spend_cap_ends_with_the_month() {
+        let body = "This request would exceed your account's monthly spend limit. Please try again later.";
+        let now = parse_rfc3339_ms("2025-06-30T12:00:00Z");
+        let says = BodySays { monthly_spend: true, ..ALL };
+        assert_eq!(find(&[], body, says, now).map(|s| s.wait), Some(S(12 * 3600)));
+        assert_eq!(find(&[], body, ALL, now), None, "only when the scan found it");
     }
 }

@@ -9,11 +9,23 @@ use crate::types::{Format, ProviderClass, Reason, Scope, TerminalState};
 use std::time::Duration;
 
 impl Cx<'_> {
-    /// Step 3: checks on the error text, in order.
+    /// Step 3: checks on the error text, in order: who may not be served at all, then the
+    /// windows and credits the text names, then what a 403 says.
     pub(super) fn text_rules(&mut self) -> Option<Decision> {
+        if let Some(d) = self.refused_by_text() {
+            return Some(d);
+        }
+        if let Some(d) = self.windows_by_text() {
+            return Some(d);
+        }
+        if self.status == 403 { self.forbidden() } else { None }
+    }
+
+    /// Refusals the text names: a deactivated account, an aggregator's relayed refusal, a
+    /// refused region, a bad or unscoped credential, a credential that cannot serve this client,
+    /// a request too big for the target, a model the plan lacks, an overload sent as a 429.
+    fn refused_by_text(&mut self) -> Option<Decision> {
         let status = self.status;
-        let class = self.input.class;
-        let use_quota_signal = status != 429 || class == ProviderClass::OAuth || self.looks_like_quota_exhausted();
         // a. Deactivated or banned accounts are terminal.
         if text::is_account_deactivated(self.sig) {
             return Some(self.terminal(Reason::AuthError, TerminalState::Banned));
@@ -61,6 +73,16 @@ impl Cx<'_> {
             self.status = 503;
             return Some(self.retryable(Reason::ModelCapacity));
         }
+        None
+    }
+
+    /// What the text says of models and windows: a retired model or moved endpoint, exhausted
+    /// credits, a daily quota, a subscription's usage limit, weekly and session caps, a reset
+    /// hint with quota text.
+    fn windows_by_text(&mut self) -> Option<Decision> {
+        let status = self.status;
+        let class = self.input.class;
+        let use_quota_signal = status != 429 || class == ProviderClass::OAuth || self.looks_like_quota_exhausted();
         // b, c. A retired model or a moved endpoint: a day.
         if (status == 404 || status == 410) && text::is_retired_model(self.sig) {
             let mut d = self.fixed(Reason::NotFound, Duration::from_secs(86_400));
@@ -78,15 +100,6 @@ impl Cx<'_> {
         // d, f. Billing suspension and exhausted credits end in `credits_exhausted`.
         if text::is_billing_suspended(self.sig) || (use_quota_signal && text::is_credits_exhausted(self.sig)) {
             return Some(self.terminal(Reason::QuotaExhausted, TerminalState::CreditsExhausted));
-        }
-        // A monthly spend cap: until the month ends (capped like any stated reset).
-        if refusals::is_monthly_spend_limit(self.sig) {
-            let month =
-                self.input.wall_now_ms.map_or(Duration::from_secs(86_400), crate::calendar::until_next_month_utc);
-            let wait = month.min(self.profile.stated_cap);
-            let mut d = self.fixed(Reason::QuotaExhausted, wait);
-            d.client_retry_after = Some(wait);
-            return Some(d);
         }
         // g. A daily quota: until the daily reset.
         if use_quota_signal && text::is_daily_quota_exhausted(self.sig) {
@@ -114,32 +127,37 @@ impl Cx<'_> {
         if use_quota_signal && self.hint.is_some() && text::text_reason(self.sig) == Some(Reason::QuotaExhausted) {
             return Some(self.retryable(Reason::QuotaExhausted));
         }
-        if status == 403 {
-            // l. A route the key is not authorised for: not the account's fault; no fallback.
-            if self.sig.has(M::NotAuthorizedForRoute) {
-                return Some(self.no_fallback(Reason::Unknown));
-            }
-            // A key that may not use this model (OpenAI's 403 `model_not_found`, "Project … does
-            // not have access to model …"): the model is locked, the key serves on.
-            if self.sig.any(&[M::ModelNotFoundCode, M::DoesNotHaveAccessToModel]) {
-                return Some(self.model_denied(Reason::NotFound));
-            }
-            // m. Provider rules for providers that honour rule scopes.
-            if rules::honours_rule_lock_scope(self.input.provider, self.operator)
-                && let Some(m) = self.provider_rule()
-            {
-                return Some(self.rule_decision(m));
-            }
-            // OAuth "Request not allowed": the refusal streak decides.
-            if class == ProviderClass::OAuth && self.sig.has(M::RequestNotAllowed) {
-                return Some(self.base(Reason::RequestRejected, true, ConnectionEffect::RequestRejected));
-            }
-            // o. A 403 on an API key without quota text: an auth error on the ladder.
-            if class == ProviderClass::ApiKey
-                && !self.sig.any(&[M::HasNotBeenUsedInProject, M::HourQuota, M::QuotaHasBeenExceeded])
-            {
-                return Some(self.retryable(Reason::AuthError));
-            }
+        None
+    }
+
+    /// What a 403 says: a route the key is not for, a model it may not use, a provider rule, an
+    /// OAuth refusal (its streak decides), else an API key's auth error on the ladder.
+    fn forbidden(&mut self) -> Option<Decision> {
+        let class = self.input.class;
+        // l. A route the key is not authorised for: not the account's fault; no fallback.
+        if self.sig.has(M::NotAuthorizedForRoute) {
+            return Some(self.no_fallback(Reason::Unknown));
+        }
+        // A key that may not use this model (OpenAI's 403 `model_not_found`, "Project … does
+        // not have access to model …"): the model is locked, the key serves on.
+        if self.sig.any(&[M::ModelNotFoundCode, M::DoesNotHaveAccessToModel]) {
+            return Some(self.model_denied(Reason::NotFound));
+        }
+        // m. Provider rules for providers that honour rule scopes.
+        if rules::honours_rule_lock_scope(self.input.provider, self.operator)
+            && let Some(m) = self.provider_rule()
+        {
+            return Some(self.rule_decision(m));
+        }
+        // OAuth "Request not allowed": the refusal streak decides.
+        if class == ProviderClass::OAuth && self.sig.has(M::RequestNotAllowed) {
+            return Some(self.base(Reason::RequestRejected, true, ConnectionEffect::RequestRejected));
+        }
+        // o. A 403 on an API key without quota text: an auth error on the ladder.
+        if class == ProviderClass::ApiKey
+            && !self.sig.any(&[M::HasNotBeenUsedInProject, M::HourQuota, M::QuotaHasBeenExceeded])
+        {
+            return Some(self.retryable(Reason::AuthError));
         }
         None
     }
