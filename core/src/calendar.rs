@@ -44,7 +44,6 @@ pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
-/// The civil year of a day count.
 /// The time from `wall_ms` (Unix ms) to the first instant of the next month, UTC (monthly caps
 /// reset then).
 pub fn until_next_month_utc(wall_ms: u64) -> Duration {
@@ -55,6 +54,7 @@ pub fn until_next_month_utc(wall_ms: u64) -> Duration {
     Duration::from_millis(u64::try_from(next.saturating_sub(now)).unwrap_or(0))
 }
 
+/// The civil year of a day count.
 fn year_of(days: i64) -> i64 {
     civil_from_days(days).0
 }

@@ -430,7 +430,8 @@ impl Config {
                 .collect();
             if keys.len() > 1 {
                 out.push(format!(
-                    "subscription connection {:?} can serve {} client keys ({}): a subscription's terms reserve it for its                      subscriber (docs/subscription-terms.md); name it in allowed_connections of one key only",
+                    "subscription connection {:?} can serve {} client keys ({}): a subscription's terms reserve it for its \
+                     subscriber (docs/subscription-terms.md); name it in allowed_connections of one key only",
                     c.id,
                     keys.len(),
                     keys.join(", ")

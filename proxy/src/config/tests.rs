@@ -214,6 +214,7 @@ api_key = "sk-1"
     let w = shared(&c);
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].contains("\"max-1\"") && w[0].contains("alice, bob") && w[0].contains("subscription-terms"), "{w:?}");
+    assert!(!w[0].contains("  "), "one sentence, no run of spaces: {w:?}");
     // Named by one key only (alice's), the other key kept to its own: quiet again.
     assert_eq!(shared(&parse(&text(r#"allowed_connections = ["max-1"]"#)).expect("loads")), Vec::<String>::new());
 }

@@ -8,12 +8,15 @@ use crate::state::gateway::Gateway;
 use bytes::Bytes;
 use ferroute_core::types::Format;
 use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::Connect;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The largest `countTokens` answer read from a provider.
+const MAX_COUNT_BODY: usize = 64 * 1024;
 
 /// A model as Google lists it.
 fn model_json(id: &str, description: &str) -> serde_json::Value {
@@ -118,7 +121,9 @@ async fn counted_upstream<C: Connect + Clone + Send + Sync + 'static>(
     let answer = async {
         let resp = gw.client.request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
-        let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        // A count is a few bytes: a larger answer is no count.
+        let bytes =
+            Limited::new(resp.into_body(), MAX_COUNT_BODY).collect().await.map_err(|e| e.to_string())?.to_bytes();
         Ok::<_, String>((status, bytes))
     };
     match tokio::time::timeout(budget, answer).await {

@@ -139,8 +139,7 @@ impl Endpoints {
     ) -> Result<Uri, String> {
         if format == Format::Gemini {
             let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
-            return Uri::try_from(format!("{}/models/{}:{method}", self.bases[provider], path_escaped(model)))
-                .map_err(|e| format!("model {model:?} cannot be put in a URL: {e}"));
+            return self.gemini_uri(provider, model, method);
         }
         match query {
             None => self.uris[provider].clone(),
@@ -152,7 +151,12 @@ impl Endpoints {
 
     /// A Gemini provider's `countTokens` endpoint for `model`.
     pub fn count_tokens_uri(&self, provider: usize, model: &str) -> Result<Uri, String> {
-        Uri::try_from(format!("{}/models/{}:countTokens", self.bases[provider], path_escaped(model)))
+        self.gemini_uri(provider, model, "countTokens")
+    }
+
+    /// A Gemini provider's `{base}/models/{model}:{method}`.
+    fn gemini_uri(&self, provider: usize, model: &str, method: &str) -> Result<Uri, String> {
+        Uri::try_from(format!("{}/models/{}:{method}", self.bases[provider], path_escaped(model)))
             .map_err(|e| format!("model {model:?} cannot be put in a URL: {e}"))
     }
 

@@ -36,27 +36,21 @@ pub fn skip_refusing<C: Connect + Clone + Send + Sync + 'static>(
     tried: &mut Tried,
     now: Instant,
 ) {
-    let memory = match gw.unsuited.lock() {
-        Ok(m) => m,
-        Err(poisoned) => poisoned.into_inner(),
-    };
-    if memory.is_empty() {
-        return;
-    }
-    let refusing = |t: &crate::request::resolve::Target| memory.refuses(now, &gw.parts(t).1.id, kind);
-    if plan.targets.iter().all(refusing) {
-        return;
-    }
-    for t in plan.targets.iter().filter(|t| refusing(t)) {
-        tried.exhaust(&gw.parts(t).1.id);
-    }
+    gw.with_unsuited(|memory| {
+        if memory.is_empty() {
+            return;
+        }
+        let refusing = |t: &crate::request::resolve::Target| memory.refuses(now, &gw.parts(t).1.id, kind);
+        if plan.targets.iter().all(refusing) {
+            return;
+        }
+        for t in plan.targets.iter().filter(|t| refusing(t)) {
+            tried.exhaust(&gw.parts(t).1.id);
+        }
+    });
 }
 
 /// `connection` refused a client of `kind`.
 pub fn note<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str, kind: &str, now: Instant) {
-    let mut memory = match gw.unsuited.lock() {
-        Ok(m) => m,
-        Err(poisoned) => poisoned.into_inner(),
-    };
-    memory.note(now, connection, kind);
+    gw.with_unsuited(|memory| memory.note(now, connection, kind));
 }

@@ -111,12 +111,12 @@ impl Translated {
     }
 }
 
-/// Fields of a chat request that the translations to other formats carry over or handle; any
-/// other field is refused.
 /// The chat middle's top-k (a Gemini client's `generationConfig.topK`): an extension field
 /// that reaches Anthropic as `top_k` and Gemini as `topK`, and no chat or Responses provider.
 pub const TOP_K: &str = "x_ferroute_top_k";
 
+/// Fields of a chat request that the translations to other formats carry over or handle; any
+/// other field is refused.
 pub(crate) const CHAT_FIELDS: &[&str] = &[
     TOP_K,
     "model",

@@ -157,7 +157,7 @@ pub struct Gateway<C> {
     /// OpenTelemetry export, when an endpoint is set (the binary sets it at start).
     pub telemetry: Arc<std::sync::OnceLock<Arc<Telemetry>>>,
     /// The client kinds each connection's credential refused lately (not a failure of it).
-    pub unsuited: Arc<Mutex<ferroute_core::unsuited::Unsuited>>,
+    unsuited: Arc<Mutex<ferroute_core::unsuited::Unsuited>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -318,6 +318,11 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// Runs `f` on the engine (one synchronous call; never held across `.await`).
     pub fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
         f(&mut lock(&self.engine))
+    }
+
+    /// Runs `f` on the client kinds each credential refused lately (as [`Self::with_engine`]).
+    pub fn with_unsuited<R>(&self, f: impl FnOnce(&mut ferroute_core::unsuited::Unsuited) -> R) -> R {
+        f(&mut lock(&self.unsuited))
     }
 
     /// Drains the engine's events: logs them and persists what they changed; returns them.
