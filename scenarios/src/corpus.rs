@@ -371,7 +371,6 @@ impl fmt::Display for Outcome {
 pub fn markdown(answers: &[Answer]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
     out.push_str("# How answers are read\n\n");
     out.push_str(
         "Every row is a real answer a provider sent, kept in `scenarios/corpus/` with the page it \
@@ -418,31 +417,7 @@ pub fn markdown(answers: &[Answer]) -> String {
     let mut files: Vec<&str> = answers.iter().map(|a| a.file.as_str()).collect();
     files.dedup();
     for file in files {
-        let _ = writeln!(out, "## `{file}`\n");
-        out.push_str("| answer | format, account | status | decision | why | source |\n|---|---|---|---|---|---|\n");
-        for a in answers.iter().filter(|a| a.file == file) {
-            let decision = match (a.decision, a.terminal, a.wait_s) {
-                (Kind::End, Some(t), _) => format!("`end` ({})", t.as_str()),
-                (k, _, Some(w)) => format!("`{}` {w} s", k.name()),
-                (k, _, None) => format!("`{}`", k.name()),
-            };
-            let reconstructed = if a.reconstructed.is_empty() {
-                String::new()
-            } else {
-                format!(" (rebuilt: {})", a.reconstructed.join(", "))
-            };
-            let _ = writeln!(
-                out,
-                "| `{}` | {}, {} | {} | {decision} | {} | [source]({}){reconstructed} |",
-                a.id,
-                a.format.name(),
-                a.backend.name(),
-                a.status,
-                cell(&a.why),
-                a.source
-            );
-        }
-        out.push('\n');
+        file_table(&mut out, file, answers.iter().filter(|a| a.file == file));
     }
     out.push_str("## Decisions that could be argued\n\n");
     out.push_str("Each of these could be read another way; the corpus says which way Ferroute reads it, and why.\n\n");
@@ -450,4 +425,39 @@ pub fn markdown(answers: &[Answer]) -> String {
         let _ = writeln!(out, "- `{}` (`{}`): {}", a.id, a.decision.name(), cell(a.debatable.as_deref().unwrap_or("")));
     }
     out
+}
+
+/// Text as one Markdown table cell.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// One corpus file's answers as a table: id, format and account, status, decision, why, source.
+fn file_table<'a>(out: &mut String, file: &str, answers: impl Iterator<Item = &'a Answer>) {
+    use std::fmt::Write as _;
+    let _ = writeln!(out, "## `{file}`\n");
+    out.push_str("| answer | format, account | status | decision | why | source |\n|---|---|---|---|---|---|\n");
+    for a in answers {
+        let decision = match (a.decision, a.terminal, a.wait_s) {
+            (Kind::End, Some(t), _) => format!("`end` ({})", t.as_str()),
+            (k, _, Some(w)) => format!("`{}` {w} s", k.name()),
+            (k, _, None) => format!("`{}`", k.name()),
+        };
+        let reconstructed = if a.reconstructed.is_empty() {
+            String::new()
+        } else {
+            format!(" (rebuilt: {})", a.reconstructed.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "| `{}` | {}, {} | {} | {decision} | {} | [source]({}){reconstructed} |",
+            a.id,
+            a.format.name(),
+            a.backend.name(),
+            a.status,
+            cell(&a.why),
+            a.source
+        );
+    }
+    out.push('\n');
 }

@@ -118,30 +118,7 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
         );
     }
     if inbound.stream && is_sse {
-        // A stream that fails before any content is an upstream failure, not an answer.
-        let deadline = crate::state::clock::deadline(started, limits.execution_max_wait);
-        let (resp, held) = match peek(resp, deadline).await {
-            Peeked::Going(resp, held) => (resp, held),
-            Peeked::Broke(e) => {
-                return transport_failure(&mut attempt, format!("{} broke off its stream: {e}", provider.id));
-            }
-            Peeked::Failed(parts, text) => {
-                drop(slots);
-                return failed_with(attempt, inbound, parts, text);
-            }
-        };
-        gw.count_answer(status.as_u16(), &provider.id);
-        let fin = Finalizer::new(attempt, slots);
-        let relay_to = Relay {
-            api: inbound.api,
-            translator: exchange::translator(inbound, provider.format),
-            connection: gw.endpoints.selected(target.connection).cloned(),
-            idle_budget: limits.execution_max_wait,
-            held,
-        };
-        let mut out = relay(fin, resp, relay_to);
-        dropped_header(&mut out, &prep.dropped);
-        return Step::Done(out);
+        return streamed(attempt, inbound, prep, resp, Sent { started, limits, slots }).await;
     }
     let (parts, body) = resp.into_parts();
     let deadline = crate::state::clock::deadline(started, limits.execution_max_wait);
@@ -188,6 +165,46 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
         headers.insert(SELECTED_HEADER.clone(), v.clone());
     }
     *out.headers_mut() = headers;
+    dropped_header(&mut out, &prep.dropped);
+    Step::Done(out)
+}
+
+/// A 200 event stream to a streaming request: its opening events read first (a stream that
+/// fails before any content is an upstream failure, classified and fallen back from), then
+/// relayed to the client as it comes.
+async fn streamed<C: Connect + Clone + Send + Sync + 'static>(
+    mut attempt: Attempt<C>,
+    inbound: &Inbound,
+    prep: &Prepared,
+    resp: Response<Incoming>,
+    sent: Sent<C>,
+) -> Step {
+    let gw = Arc::clone(&attempt.gw);
+    let target = attempt.target.clone();
+    let provider = gw.parts(&target).0;
+    let status = resp.status();
+    let Sent { started, limits, slots } = sent;
+    let deadline = crate::state::clock::deadline(started, limits.execution_max_wait);
+    let (resp, held) = match peek(resp, deadline).await {
+        Peeked::Going(resp, held) => (resp, held),
+        Peeked::Broke(e) => {
+            return transport_failure(&mut attempt, format!("{} broke off its stream: {e}", provider.id));
+        }
+        Peeked::Failed(parts, text) => {
+            drop(slots);
+            return failed_with(attempt, inbound, parts, text);
+        }
+    };
+    gw.count_answer(status.as_u16(), &provider.id);
+    let fin = Finalizer::new(attempt, slots);
+    let relay_to = Relay {
+        api: inbound.api,
+        translator: exchange::translator(inbound, provider.format),
+        connection: gw.endpoints.selected(target.connection).cloned(),
+        idle_budget: limits.execution_max_wait,
+        held,
+    };
+    let mut out = relay(fin, resp, relay_to);
     dropped_header(&mut out, &prep.dropped);
     Step::Done(out)
 }
