@@ -42,9 +42,10 @@ impl Dialect {
     }
 }
 
-/// What the scripted Gemini provider answers to `:countTokens`: its own figure, a token for
-/// every character of text in `contents` (or `generateContentRequest.contents`), so that a
-/// client can tell it from the gateway's estimate (a token for about four).
+/// What the scripted Gemini provider answers to `:countTokens`, in the shape Google documents
+/// (`{"totalTokens": N}`, https://ai.google.dev/api/tokens): its own figure, a token for every
+/// character of text in `contents` (or `generateContentRequest.contents`), so that a client can
+/// tell it from the gateway's estimate (a token for about four).
 pub fn count_tokens(json: &Value) -> Value {
     let request = json.get("generateContentRequest").unwrap_or(json);
     let chars: usize = request

@@ -71,8 +71,11 @@ fn failure<'a>(ev: &SseEvent<'_>, value: Option<&'a Value>) -> Option<&'a Value>
     match named {
         Some("response.failed") => v.pointer("/response/error").filter(|e| !e.is_null()),
         Some("error") => Some(v.get("error").filter(|e| !e.is_null()).unwrap_or(v)),
-        // A chat chunk that is only an error (no choices).
-        _ => v.get("error").filter(|e| !e.is_null() && v.get("choices").is_none()),
+        // A chat chunk that is only an error: no choices, or none (OpenRouter sends
+        // `"choices": []` beside the error when its upstream fails mid-request).
+        _ => v
+            .get("error")
+            .filter(|e| !e.is_null() && v.get("choices").and_then(Value::as_array).is_none_or(Vec::is_empty)),
     }
 }
 
@@ -91,6 +94,11 @@ fn first_failure(body: &str) -> Option<Value> {
 /// The status of the failure `body` (an event stream) reports, if it reports one.
 pub fn status_of(body: &str) -> Option<u16> {
     let error = first_failure(body)?;
+    // A numeric code is an HTTP status (OpenRouter's errors carry theirs so).
+    let numeric = error.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok());
+    if let Some(status) = numeric.filter(|c| (400..600).contains(c)) {
+        return Some(status);
+    }
     let word = |k: &str| error.get(k).and_then(Value::as_str).unwrap_or("");
     Some(status_for(word("code")).or_else(|| status_for(word("type"))).unwrap_or(500))
 }
@@ -167,6 +175,12 @@ mod tests {
         let crlf = "event: error\r\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\r\n\r\n";
         assert_eq!(seen_of(&[crlf]), Seen::Failure);
         assert_eq!(seen_of(&["data: {\"error\":{\"message\":\"quota\"}}\n\n"]), Seen::Failure);
+        // An aggregator's chunk with empty choices and an error, as
+        // https://github.com/diegosouzapw/OmniRoute/pull/8210 describes OpenRouter's (rebuilt
+        // from its description and message).
+        let relayed = "data: {\"id\":\"gen-1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"error\":{\"code\":502,\"message\":\"Worker local total request limit reached (33/32)\"}}\n\n";
+        assert_eq!(seen_of(&[relayed]), Seen::Failure);
+        assert_eq!(status_of(relayed), Some(502), "a numeric code is the status");
     }
 
     #[test]

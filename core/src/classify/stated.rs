@@ -177,63 +177,80 @@ mod tests {
     /// it needs no more than the marker).
     const ALL: BodySays = BodySays { usage_limit_reached: true, regain_access: true, monthly_spend: false };
 
+    /// The answers below are the corpus's (`scenarios/corpus/`), each named with its source;
+    /// the classifier's corpus test runs them all, these pin the reading of each field.
     #[test]
     fn unified_takes_the_latest_rejected_window() {
-        let now = Some(1_750_000_000_000);
-        let h = [
-            ("anthropic-ratelimit-unified-status", "rejected"),
-            ("anthropic-ratelimit-unified-reset", "1750003600"),
+        // claude-oauth-429-usage-limit-reached-epoch
+        // (https://github.com/anthropics/claude-code/issues/11429): the reset 73 194 s on.
+        let real =
+            [("anthropic-ratelimit-unified-status", "rejected"), ("anthropic-ratelimit-unified-reset", "1762952400")];
+        let now = parse_rfc3339_ms("2025-11-11T16:40:06Z");
+        assert_eq!(find(&real, "", ALL, now).map(|s| (s.wait, s.model_only)), Some((S(73_194), false)));
+        // The same answer with the per-window headers the 5h/7d quota reading already knows
+        // (`quota.rs`): a rejected window's later reset wins, an allowed window's does not.
+        let mut h = real.to_vec();
+        h.extend([
             ("anthropic-ratelimit-unified-7d-status", "rejected"),
-            ("anthropic-ratelimit-unified-7d-reset", "1750086400"),
+            ("anthropic-ratelimit-unified-7d-reset", "1763039600"),
             ("anthropic-ratelimit-unified-5h-status", "allowed"),
-            ("anthropic-ratelimit-unified-5h-reset", "1750999999"),
-        ];
-        assert_eq!(find(&h, "", ALL, now).map(|s| s.wait), Some(S(86_400)));
-        assert_eq!(find(&h[..2], "", ALL, now).map(|s| s.wait), Some(S(3600)));
+            ("anthropic-ratelimit-unified-5h-reset", "1763999999"),
+        ]);
+        assert_eq!(find(&h, "", ALL, now).map(|s| s.wait), Some(S(73_194 + 87_200)));
         assert_eq!(find(&[("anthropic-ratelimit-unified-status", "allowed")], "", ALL, now), None);
     }
 
     #[test]
     fn a_models_own_window_is_that_models_limit() {
+        // claude-oauth-429-unified-7d-oi-rejected-model-scoped
+        // (https://github.com/dhkts1/teamclaude-rs/issues/178).
         let h = [
+            ("retry-after", "120"),
             ("anthropic-ratelimit-unified-status", "rejected"),
             ("anthropic-ratelimit-unified-5h-status", "allowed"),
             ("anthropic-ratelimit-unified-7d-status", "allowed_warning"),
             ("anthropic-ratelimit-unified-7d_oi-status", "rejected"),
-            ("retry-after", "120"),
         ];
-        let s = find(&h, "", ALL, Some(1_750_000_000_000));
+        let s = find(&h, "", ALL, parse_rfc3339_ms("2026-09-04T00:00:00Z"));
         assert_eq!(s.map(|s| (s.wait, s.model_only)), Some((S(120), true)));
     }
 
     #[test]
     fn codex_body_and_headers() {
-        let body = r#"{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"plus","resets_in_seconds":3456}}"#;
-        assert_eq!(find(&[], body, ALL, None).map(|s| s.wait), Some(S(3456)));
-        let body = r#"{"error":{"type":"usage_limit_reached","resets_at":1750000600}}"#;
-        assert_eq!(find(&[], body, ALL, Some(1_750_000_000_000)).map(|s| s.wait), Some(S(600)));
+        // codex-429-usage-limit-reached-plus-5h-window
+        // (https://github.com/earendil-works/pi/issues/4172).
+        let body = r#"{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"plus","resets_at":1777936568,"eligible_promo":null,"resets_in_seconds":13872}}"#;
+        let now = parse_rfc3339_ms("2026-05-04T19:24:56Z");
+        assert_eq!(find(&[], body, ALL, now).map(|s| s.wait), Some(S(13_872)));
+        // Without resets_in_seconds, resets_at names the instant.
+        let at_only = body.replace(r#","resets_in_seconds":13872"#, "");
+        assert_eq!(find(&[], &at_only, ALL, now).map(|s| s.wait), Some(S(13_872)));
         let h = [
-            ("x-codex-primary-used-percent", "100.0"),
-            ("x-codex-primary-reset-after-seconds", "900"),
-            ("x-codex-secondary-used-percent", "40"),
-            ("x-codex-secondary-reset-after-seconds", "500000"),
+            ("x-codex-primary-used-percent", "100"),
+            ("x-codex-secondary-used-percent", "80"),
+            ("x-codex-primary-window-minutes", "300"),
+            ("x-codex-secondary-window-minutes", "10080"),
+            ("x-codex-primary-reset-after-seconds", "13873"),
+            ("x-codex-secondary-reset-after-seconds", "316705"),
         ];
-        assert_eq!(find(&h, "", ALL, None).map(|s| s.wait), Some(S(900)));
-        assert_eq!(find(&h[2..], "", ALL, None), None, "a window not full states no limit");
+        assert_eq!(find(&h, "", ALL, None).map(|s| s.wait), Some(S(13_873)), "the full window's reset");
+        assert_eq!(find(&h[1..], "", ALL, None), None, "a window not full states no limit");
     }
 
     #[test]
     fn regain_access_names_a_day() {
-        let body =
-            "You have reached your specified API usage limits. You will regain access on 2025-07-01 at 00:00 UTC.";
-        let now = parse_rfc3339_ms("2025-06-30T12:00:00Z");
-        assert_eq!(find(&[], body, ALL, now).map(|s| s.wait), Some(S(12 * 3600)));
+        // anthropic-400-org-usage-limit-with-regain-date
+        // (https://github.com/anthropics/claude-code/issues/38035).
+        let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"You have reached your specified API usage limits. You will regain access on 2026-04-01 at 00:00 UTC."},"request_id":"req_011CZLrUfBVkVHn5T6EqQaf7"}"#;
+        let now = parse_rfc3339_ms("2026-03-23T23:08:46Z");
+        assert_eq!(find(&[], body, ALL, now).map(|s| s.wait), Some(S(694_274)));
         assert_eq!(find(&[], "regain access on someday", ALL, now), None);
     }
 
     #[test]
     fn a_monthly_spend_cap_ends_with_the_month() {
-        let body = "This request would exceed your account's monthly spend limit. Please try again later.";
+        // claude-oauth-429-monthly-spend-limit (https://github.com/NousResearch/hermes-agent/issues/91091).
+        let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your account's monthly spend limit. Please try again later."}}"#;
         let now = parse_rfc3339_ms("2025-06-30T12:00:00Z");
         let says = BodySays { monthly_spend: true, ..ALL };
         assert_eq!(find(&[], body, says, now).map(|s| s.wait), Some(S(12 * 3600)));
