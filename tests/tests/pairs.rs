@@ -367,11 +367,14 @@ async fn a_gemini_json_array_reaches_a_raw_client_as_it_grows() {
     let mut body = resp.into_body();
     let mut seen = String::new();
     let mut first_at = None;
+    // The array as it stood when its first object was read.
+    let mut first_seen = String::new();
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame.expect("frame").into_data() {
             seen.push_str(&String::from_utf8_lossy(&data));
             if first_at.is_none() && seen.contains('}') {
                 first_at = Some(started.elapsed());
+                first_seen = seen.clone();
             }
         }
     }
@@ -380,6 +383,10 @@ async fn a_gemini_json_array_reaches_a_raw_client_as_it_grows() {
     assert!(seen.starts_with('['), "{seen}");
     let objects: Value = serde_json::from_str(&seen).unwrap_or_else(|e| panic!("one JSON array ({e}): {seen}"));
     assert!(objects.as_array().is_some_and(|a| a.len() >= 3), "{seen}");
+    // Read as it grew: when the first object arrived, the rest had not.
+    let objects_then = first_seen.matches("\"candidates\"").count();
+    let objects_all = seen.matches("\"candidates\"").count();
+    assert!(objects_then < objects_all, "{objects_then} of {objects_all} objects at the first read: {first_seen}");
     // Five words 400 ms apart: the first object is read about 1.6 s before the last.
     assert!(
         first + std::time::Duration::from_millis(1000) < done,
