@@ -48,9 +48,28 @@ pub const AGENTROUTER_RULES: &[RestatementRule] = &[RestatementRule {
     default_retry_after: Duration::from_secs(60),
 }];
 
+/// OpenAI's APIs: an overloaded model has been answered as a 429 ("That model is currently
+/// overloaded with other requests.", type `server_error`: openai-429-model-overloaded in the
+/// corpus, https://github.com/AineeJames/ChatGPTerminator/issues/3). It is the provider's
+/// failure, the 503 the same words come with elsewhere; quota text vetoes.
+pub const OPENAI_RULES: &[RestatementRule] = &[RestatementRule {
+    id: "openai-overloaded-as-429",
+    from_statuses: &[429],
+    to_status: 503,
+    text_markers: &["currently overloaded"],
+    exclude_markers: &["quota", "billing"],
+    default_retry_after: Duration::from_secs(5),
+}];
+
 /// The built-in rules of a provider profile (matched case-insensitively).
 pub fn rules_for(profile: &str) -> &'static [RestatementRule] {
-    if profile.eq_ignore_ascii_case("agentrouter") { AGENTROUTER_RULES } else { &[] }
+    if profile.eq_ignore_ascii_case("agentrouter") {
+        AGENTROUTER_RULES
+    } else if profile.eq_ignore_ascii_case("openai") || profile.eq_ignore_ascii_case("responses") {
+        OPENAI_RULES
+    } else {
+        &[]
+    }
 }
 
 /// Applies the first matching rule of `profile` to an upstream failure. `haystack` is the
@@ -147,5 +166,17 @@ mod tests {
     #[test]
     fn r9_registry_has_agentrouter_rule() {
         assert!(!rules_for("AgentRouter").is_empty());
+    }
+
+    #[test]
+    fn an_overloaded_model_sent_as_429_is_the_503_it_is() {
+        // openai-429-model-overloaded (https://github.com/AineeJames/ChatGPTerminator/issues/3).
+        let body = r#"{"error":{"message":"That model is currently overloaded with other requests. You can retry your request, or contact us through our help center at help.openai.com if the error persists. (Please include the request ID 691f1c704cab28dd0835be85e87578e3 in your message.)","type":"server_error","param":null,"code":null}}"#;
+        let r = restate("openai", 429, &hay(body), None);
+        assert_eq!((r.status, r.rule_id), (503, Some("openai-overloaded-as-429")));
+        assert_eq!(restate("responses", 429, &hay(body), None).status, 503);
+        let quota = "You exceeded your current quota; the model is currently overloaded";
+        assert_eq!(restate("openai", 429, &hay(quota), None).status, 429, "quota text vetoes");
+        assert_eq!(restate("anthropic", 429, &hay(body), None).status, 429, "rules are per profile");
     }
 }

@@ -52,11 +52,6 @@ pub fn is_monthly_spend_limit(s: &Signals) -> bool {
     s.has(M::MonthlySpendLimit)
 }
 
-/// An overloaded model reported as a 429.
-pub fn is_overloaded(s: &Signals) -> bool {
-    s.has(M::CurrentlyOverloaded)
-}
-
 /// A bad credential named in the text (also where the status does not say so).
 pub fn is_bad_credential(s: &Signals) -> bool {
     s.any(&[

@@ -56,8 +56,6 @@ markers! {
     NotSupportedWithChatgptAccount = "not supported when using codex with a chatgpt account",
     // A monthly spend cap: until the month ends.
     MonthlySpendLimit = "monthly spend limit",
-    // An overloaded model reported as 429.
-    CurrentlyOverloaded = "currently overloaded",
     // Retired models and moved endpoints.
     NoLongerAvailable = "no longer available",
     NoLongerSupported = "no longer supported",

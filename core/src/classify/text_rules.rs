@@ -23,7 +23,7 @@ impl Cx<'_> {
 
     /// Refusals the text names: a deactivated account, an aggregator's relayed refusal, a
     /// refused region, a bad or unscoped credential, a credential that cannot serve this client,
-    /// a request too big for the target, a model the plan lacks, an overload sent as a 429.
+    /// a request too big for the target, a model the plan lacks.
     fn refused_by_text(&mut self) -> Option<Decision> {
         let status = self.status;
         // a. Deactivated or banned accounts are terminal.
@@ -67,11 +67,6 @@ impl Cx<'_> {
         // A model this account's plan cannot use.
         if refusals::is_model_not_in_plan(self.sig) {
             return Some(self.model_denied(Reason::NotFound));
-        }
-        // An overloaded model reported as a 429: the provider's, like a 503.
-        if status == 429 && refusals::is_overloaded(self.sig) && !self.looks_like_quota_exhausted() {
-            self.status = 503;
-            return Some(self.retryable(Reason::ModelCapacity));
         }
         None
     }
