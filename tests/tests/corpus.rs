@@ -15,10 +15,7 @@ use std::time::Duration;
 
 /// A provider of the answer's format and class, with `connections` keys in priority order.
 fn config_for(a: &Answer, connections: &[&str]) -> String {
-    let class = match a.backend {
-        scenarios::corpus::Backend::Api => "api_key",
-        _ => "oauth",
-    };
+    let class = a.class().as_str();
     let mut text = format!(
         "[[providers]]\nid = \"p\"\nformat = \"{}\"\nclass = \"{class}\"\nbase_url = \"{{UP}}\"\nmodels = [\"m\", \"n\"]\n",
         a.format.name()
