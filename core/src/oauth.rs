@@ -11,9 +11,20 @@
 //! means the refresh token is dead: the account needs a new sign-in and is never refreshed
 //! again until new tokens arrive ([`Account::reauthorize`]).
 //!
+//! A refresh whose answer was lost after its request may have reached the endpoint (a timeout,
+//! a reset after sending, a 5xx without an OAuth error) leaves the refresh token **in doubt**:
+//! the endpoint may have rotated it, and presenting it again would be a reuse. It is never
+//! presented again. The account serves on its access token while that lives (a flight then
+//! only looks for tokens another replica published, [`Flight::presents`] false), and an
+//! answer to the lost flight that still arrives is taken; once the access token has expired the
+//! account needs a new sign-in ([`Begin::Lapsed`]).
+//!
 //! ```text
 //! Valid ──due──▶ Refreshing ──ok──▶ Valid (new tokens)
-//!                    │ └──retryable──▶ Retrying { failures, next } ──due──▶ Refreshing
+//!                    │ │ └──retryable──▶ Retrying { failures, next } ──due──▶ Refreshing
+//!                    │ └──lost──▶ InDoubt { next } ──due──▶ Refreshing (looking only)
+//!                    │                 │ └──late answer──▶ Valid
+//!                    │                 └──expired──▶ NeedsSignIn
 //!                    └──invalid_grant──▶ NeedsSignIn
 //! ```
 
@@ -63,7 +74,15 @@ pub enum RefreshState {
         /// When the next try is due (Unix ms).
         next_ms: u64,
     },
-    /// The token endpoint refused the refresh token (`invalid_grant`): a new sign-in is needed.
+    /// A refresh's answer was lost: the refresh token may have been used and is not presented
+    /// again. The access token serves until it expires; the account is looked at again at
+    /// `next_ms` (for tokens another replica published, or the expiry).
+    InDoubt {
+        /// When it is looked at again (Unix ms).
+        next_ms: u64,
+    },
+    /// The token endpoint refused the refresh token (`invalid_grant`), or the access token
+    /// expired while the refresh token was in doubt: a new sign-in is needed.
     NeedsSignIn,
 }
 
@@ -74,6 +93,7 @@ impl RefreshState {
             RefreshState::Valid => "valid",
             RefreshState::Refreshing => "refreshing",
             RefreshState::Retrying { .. } => "retrying",
+            RefreshState::InDoubt { .. } => "in_doubt",
             RefreshState::NeedsSignIn => "needs_sign_in",
         }
     }
@@ -97,6 +117,9 @@ pub enum Why {
 pub struct Flight {
     /// The generation of the tokens it replaces.
     pub generation: u64,
+    /// Whether it may present the refresh token: not when that is in doubt (the flight only
+    /// looks for tokens another replica published).
+    pub presents: bool,
 }
 
 /// How a refresh ended.
@@ -104,8 +127,16 @@ pub struct Flight {
 pub enum Answer {
     /// New tokens with this lifetime (already stored by the caller).
     Refreshed(Lifetime),
-    /// Transport error, timeout or a 5xx: try again later.
+    /// No answer, and the request did not reach the endpoint or was not acted on (a connect
+    /// error, a 429, a 5xx naming an OAuth error): try again later.
     Retryable,
+    /// The answer was lost after the request may have reached the endpoint (a timeout, a reset
+    /// after sending, a 5xx without an OAuth error): the refresh token is in doubt. Looked at
+    /// again at `look_at_ms` if given (a store other replicas publish to), else at the expiry.
+    Lost {
+        /// When to look again for tokens published elsewhere (Unix ms).
+        look_at_ms: Option<u64>,
+    },
     /// The refresh token is dead (`invalid_grant`, or a 400/401 naming the grant).
     InvalidGrant,
     /// Another replica refreshed first: its tokens (generation `generation` in the shared
@@ -135,6 +166,9 @@ pub enum Begin {
     Newer,
     /// Nothing to do (not due yet, or a new sign-in is needed).
     No,
+    /// The access token expired while the refresh token was in doubt: the account now needs a
+    /// new sign-in (told once; the caller ends the connection).
+    Lapsed,
 }
 
 /// One OAuth account's refresh schedule.
@@ -146,13 +180,36 @@ pub struct Account {
     state: RefreshState,
     failures: u32,
     last_refresh_ms: Option<u64>,
+    /// The generation whose refresh token is in doubt, if any.
+    doubt: Option<u64>,
 }
 
 impl Account {
     /// An account whose current tokens have `lifetime`; they are generation `generation`
     /// (restored from the store, or 0).
     pub fn new(lifetime: Lifetime, refresh_at: f64, generation: u64) -> Self {
-        Account { lifetime, refresh_at, generation, state: RefreshState::Valid, failures: 0, last_refresh_ms: None }
+        Account {
+            lifetime,
+            refresh_at,
+            generation,
+            state: RefreshState::Valid,
+            failures: 0,
+            last_refresh_ms: None,
+            doubt: None,
+        }
+    }
+
+    /// The same account, its refresh token in doubt (restored from a store that recorded a
+    /// flight which never ended): it is never presented.
+    pub fn in_doubt(mut self) -> Self {
+        self.doubt = Some(self.generation);
+        self.state = RefreshState::InDoubt { next_ms: self.lifetime.expires_at_ms };
+        self
+    }
+
+    /// Whether the current refresh token is in doubt.
+    pub fn doubted(&self) -> bool {
+        self.doubt == Some(self.generation)
     }
 
     /// The same account, last refreshed at `at_ms` (restored from the store).
@@ -202,6 +259,7 @@ impl Account {
         match self.state {
             RefreshState::Valid => Some(self.lifetime.due_at_ms(self.refresh_at)),
             RefreshState::Retrying { next_ms } => Some(next_ms),
+            RefreshState::InDoubt { next_ms } => Some(next_ms.min(self.lifetime.expires_at_ms)),
             RefreshState::Refreshing | RefreshState::NeedsSignIn => None,
         }
     }
@@ -212,39 +270,71 @@ impl Account {
     }
 
     /// Asks for a refresh. Only one is in flight at a time; a scheduled one only when due.
+    /// A flight whose refresh token is in doubt only looks; an in-doubt account whose access
+    /// token has expired needs a new sign-in from then on ([`Begin::Lapsed`]).
     pub fn begin(&mut self, now_ms: u64, why: Why) -> Begin {
         match (self.state, why) {
             (RefreshState::NeedsSignIn, _) => Begin::No,
             (RefreshState::Refreshing, _) => Begin::InFlight,
             (_, Why::Refused { generation }) if generation != self.generation => Begin::Newer,
+            // InDoubt => NeedsSignIn
+            (RefreshState::InDoubt { .. }, _) if self.expired(now_ms) => {
+                self.state = RefreshState::NeedsSignIn;
+                Begin::Lapsed
+            }
+            (RefreshState::InDoubt { .. }, Why::Refused { .. }) => Begin::No,
             (_, Why::Scheduled) if self.next_refresh_ms().is_none_or(|due| now_ms < due) => Begin::No,
-            // Valid | Retrying => Refreshing
+            // Valid | Retrying | InDoubt => Refreshing
             _ => {
                 self.state = RefreshState::Refreshing;
-                Begin::Refresh(Flight { generation: self.generation })
+                Begin::Refresh(Flight { generation: self.generation, presents: !self.doubted() })
             }
         }
     }
 
-    /// Whether `flight` is the one in progress (its answer would be taken).
+    /// Whether an answer to `flight` would be taken: it is the one in progress, or the one
+    /// whose answer was lost (a late answer).
     pub fn is_current(&self, flight: Flight) -> bool {
-        self.state == RefreshState::Refreshing && flight.generation == self.generation
+        flight.generation == self.generation && (self.state == RefreshState::Refreshing || self.doubted())
     }
 
     /// Records how `flight` ended; an answer to a flight that is not the current one (its
-    /// tokens were replaced meanwhile) changes nothing. Returns whether it was taken.
+    /// tokens were replaced meanwhile) changes nothing, and once the refresh token is in doubt
+    /// only new tokens change anything. Returns whether it was taken.
     pub fn finish(&mut self, flight: Flight, answer: Answer, now_ms: u64) -> bool {
-        if flight.generation != self.generation || self.state != RefreshState::Refreshing {
+        if !self.is_current(flight) {
             return false;
+        }
+        if self.doubted() && self.state != RefreshState::Refreshing {
+            // A late answer to the lost flight: only tokens are news.
+            if !matches!(answer, Answer::Refreshed(_) | Answer::Taken { .. }) {
+                return false;
+            }
         }
         match answer {
             // Refreshing => Valid
             Answer::Refreshed(lifetime) => {
                 self.lifetime = lifetime;
                 self.generation += 1;
+                self.doubt = None;
                 self.failures = 0;
                 self.last_refresh_ms = Some(now_ms);
                 self.state = RefreshState::Valid;
+            }
+            // Refreshing => InDoubt (looking again, the token still in doubt)
+            Answer::Retryable | Answer::Deferred { .. } | Answer::Lost { .. } if self.doubted() => {
+                let at = match answer {
+                    Answer::Deferred { at_ms } | Answer::Lost { look_at_ms: Some(at_ms) } => at_ms.max(now_ms),
+                    _ => self.lifetime.expires_at_ms,
+                };
+                self.state = RefreshState::InDoubt { next_ms: at };
+            }
+            // Refreshing => InDoubt
+            Answer::Lost { look_at_ms } => {
+                self.failures = self.failures.saturating_add(1);
+                self.doubt = Some(self.generation);
+                let at = look_at_ms.map_or(self.lifetime.expires_at_ms, |at| at.max(now_ms));
+                self.state = RefreshState::InDoubt { next_ms: at };
             }
             // Refreshing => Retrying
             Answer::Retryable => {
@@ -262,6 +352,7 @@ impl Account {
             Answer::Taken { lifetime, generation } => {
                 self.lifetime = lifetime;
                 self.generation = generation.max(self.generation + 1);
+                self.doubt = None;
                 self.failures = 0;
                 self.last_refresh_ms = Some(now_ms);
                 self.state = RefreshState::Valid;
@@ -278,6 +369,7 @@ impl Account {
     pub fn reauthorize(&mut self, lifetime: Lifetime, generation: u64, now_ms: u64) {
         self.lifetime = lifetime;
         self.generation = generation.max(self.generation + 1);
+        self.doubt = None;
         self.failures = 0;
         self.last_refresh_ms = Some(now_ms);
         self.state = RefreshState::Valid;

@@ -53,7 +53,10 @@ fn a_refused_token_refreshes_at_once_unless_the_tokens_already_changed() {
     assert!(a.finish(f, Answer::Refreshed(Lifetime { issued_at_ms: HOUR, expires_at_ms: 11 * HOUR }), HOUR));
     // A request that still carried generation 0 is told to use the current tokens.
     assert_eq!(a.begin(HOUR + 1, Why::Refused { generation: 0 }), Begin::Newer);
-    assert!(matches!(a.begin(HOUR + 1, Why::Refused { generation: 1 }), Begin::Refresh(Flight { generation: 1 })));
+    assert!(matches!(
+        a.begin(HOUR + 1, Why::Refused { generation: 1 }),
+        Begin::Refresh(Flight { generation: 1, presents: true })
+    ));
 }
 
 #[test]
@@ -120,12 +123,56 @@ fn another_replicas_refresh_is_taken_at_its_generation_and_a_deferred_one_is_no_
     );
 }
 
+#[test]
+fn a_lost_answer_is_never_presented_again_and_the_account_ends_at_the_expiry() {
+    let mut a = account(0, HOUR);
+    let due = a.next_refresh_ms().expect("due");
+    let Begin::Refresh(f) = a.begin(due, Why::Scheduled) else { panic!("due") };
+    assert!(f.presents);
+    assert!(a.finish(f, Answer::Lost { look_at_ms: None }, due + 30_000));
+    assert_eq!(a.state(), RefreshState::InDoubt { next_ms: HOUR });
+    assert_eq!((a.state().as_str(), a.failures(), a.next_refresh_ms()), ("in_doubt", 1, Some(HOUR)));
+    // Not before the expiry, not after a 401: nothing is presented.
+    assert_eq!(a.begin(HOUR - 1, Why::Scheduled), Begin::No);
+    assert_eq!(a.begin(HOUR - 1, Why::Refused { generation: 0 }), Begin::No);
+    // At the expiry: a new sign-in is needed, said once.
+    assert_eq!(a.begin(HOUR, Why::Scheduled), Begin::Lapsed);
+    assert_eq!((a.state(), a.next_refresh_ms()), (RefreshState::NeedsSignIn, None));
+    assert_eq!(a.begin(HOUR, Why::Refused { generation: 0 }), Begin::No);
+    // The lost flight's answer, if it still comes, is taken.
+    let life = Lifetime { issued_at_ms: HOUR + 5, expires_at_ms: 2 * HOUR };
+    assert!(!a.finish(f, Answer::Retryable, HOUR + 5), "only tokens are news");
+    assert!(a.finish(f, Answer::Refreshed(life), HOUR + 5));
+    assert_eq!((a.state(), a.generation(), a.doubted()), (RefreshState::Valid, 1, false));
+}
+
+#[test]
+fn an_account_in_doubt_only_looks_and_takes_what_another_replica_published() {
+    let mut a = account(0, HOUR);
+    let Begin::Refresh(f) = a.begin(0, Why::Refused { generation: 0 }) else { panic!("at once") };
+    assert!(a.finish(f, Answer::Lost { look_at_ms: Some(5_000) }, 1_000));
+    let Begin::Refresh(look) = a.begin(5_000, Why::Scheduled) else { panic!("looks at 5 s") };
+    assert!(!look.presents, "an in-doubt refresh token is not presented");
+    assert!(a.finish(look, Answer::Deferred { at_ms: 10_000 }, 5_000));
+    assert_eq!((a.state(), a.failures()), (RefreshState::InDoubt { next_ms: 10_000 }, 1));
+    let Begin::Refresh(look) = a.begin(10_000, Why::Scheduled) else { panic!("looks again") };
+    let life = Lifetime { issued_at_ms: 9_000, expires_at_ms: 9_000 + HOUR };
+    assert!(a.finish(look, Answer::Taken { lifetime: life, generation: 1 }, 10_000));
+    assert_eq!((a.state(), a.generation(), a.failures()), (RefreshState::Valid, 1, 0));
+    // Restored from a store that recorded a flight which never ended: in doubt from the start.
+    let mut r = account(0, HOUR).in_doubt();
+    assert!(r.doubted());
+    assert_eq!(r.begin(HOUR - 1, Why::Scheduled), Begin::No);
+    assert_eq!(r.begin(HOUR, Why::Scheduled), Begin::Lapsed);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Advance(u64),
     Scheduled,
     Refused { stale: bool },
     Finish(u8),
+    Late,
     Reauthorize,
 }
 
@@ -134,21 +181,23 @@ fn op() -> impl Strategy<Value = Op> {
         (0u64..2 * HOUR).prop_map(Op::Advance),
         Just(Op::Scheduled),
         any::<bool>().prop_map(|stale| Op::Refused { stale }),
-        (0u8..5).prop_map(Op::Finish),
+        (0u8..7).prop_map(Op::Finish),
+        Just(Op::Late),
         Just(Op::Reauthorize),
     ]
 }
 
 proptest! {
     /// Whatever happens: at most one flight at a time; a refresh token (a generation) is
-    /// presented again only after a try that got no answer about it; generations only grow;
-    /// a scheduled refresh never starts before it is due; nothing refreshes while a sign-in is
-    /// needed.
+    /// presented again only after a try that safely got no answer about it, never after one
+    /// whose answer was lost; generations only grow; a scheduled refresh never starts before
+    /// it is due; nothing refreshes while a sign-in is needed.
     #[test]
     fn one_flight_and_no_token_presented_twice_after_an_answer(ops in proptest::collection::vec(op(), 1..80)) {
         let mut a = account(0, 3 * HOUR);
         let mut now = 0u64;
         let mut flying: Option<Flight> = None;
+        let mut lost: Option<Flight> = None;
         // Generations presented, and whether the last presentation got no answer.
         let mut presented: std::collections::BTreeMap<u64, bool> = std::collections::BTreeMap::new();
         for op in ops {
@@ -170,10 +219,14 @@ proptest! {
                             if why == Why::Scheduled {
                                 prop_assert!(due.is_some_and(|d| now >= d), "started before due");
                             }
-                            if let Some(unanswered) = presented.get(&f.generation) {
-                                prop_assert!(*unanswered, "generation {} presented again after an answer", f.generation);
+                            if f.presents {
+                                if let Some(unanswered) = presented.get(&f.generation) {
+                                    prop_assert!(*unanswered, "generation {} presented again after an answer", f.generation);
+                                }
+                                presented.insert(f.generation, true);
+                            } else {
+                                prop_assert_eq!(presented.get(&f.generation), Some(&false), "looks only when in doubt");
                             }
-                            presented.insert(f.generation, true);
                             flying = Some(f);
                         }
                         Begin::InFlight => prop_assert!(flying.is_some()),
@@ -182,6 +235,7 @@ proptest! {
                             prop_assert!(stale);
                         }
                         Begin::No => {}
+                        Begin::Lapsed => prop_assert_eq!(a.state(), RefreshState::NeedsSignIn),
                     }
                 }
                 Op::Finish(kind) => {
@@ -194,11 +248,24 @@ proptest! {
                                 lifetime: Lifetime { issued_at_ms: now, expires_at_ms: now + 3 * HOUR },
                                 generation: f.generation + 2,
                             },
+                            4 | 5 => Answer::Lost { look_at_ms: (kind == 5).then_some(now + 2_000) },
                             _ => Answer::InvalidGrant,
                         };
                         let taken = a.finish(f, answer, now);
                         if taken && !matches!(answer, Answer::Retryable | Answer::Deferred { .. }) {
                             presented.insert(f.generation, false);
+                        }
+                        if taken && matches!(answer, Answer::Lost { .. }) && f.presents {
+                            lost = Some(f);
+                        }
+                    }
+                }
+                Op::Late => {
+                    if let Some(f) = lost.take() {
+                        let life = Lifetime { issued_at_ms: now, expires_at_ms: now + 3 * HOUR };
+                        if a.finish(f, Answer::Refreshed(life), now) {
+                            // A look in progress is stale from now on.
+                            flying = None;
                         }
                     }
                 }

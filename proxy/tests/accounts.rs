@@ -46,7 +46,7 @@ provider = "sub"
 oauth = {{ preset = "claude", access_token = "at-old", refresh_token = "rt-old", expires_at = 1780000000000, token_url = "http://{tokens}/v1/oauth/token" }}
 [[providers]]
 id = "gpt"
-format = "openai"
+format = "responses"
 class = "oauth"
 base_url = "http://{up}/v1"
 models = ["m"]
@@ -153,7 +153,7 @@ async fn claude_code_and_codex_credentials_are_imported_listed_and_served() {
     assert_eq!((stats.refreshed, stats.reused, stats.refused), (1, 0, 0), "{stats:?}");
     let sent = up.requests();
     assert!(sent.iter().any(|r| r.headers.get("authorization") == Some(&format!("Bearer {}", claude.access_token))));
-    let codex_sent = sent.iter().rfind(|r| r.path.ends_with("/chat/completions")).expect("a codex request");
+    let codex_sent = sent.iter().rfind(|r| r.path.ends_with("/responses")).expect("a codex request");
     assert_eq!(codex_sent.headers.get("chatgpt-account-id").map(String::as_str), Some("acct-9"));
     drop(p);
 }

@@ -8,6 +8,7 @@
 //! transport faults, which the chaos suite's middlebox executes on real sockets.
 
 pub mod answer;
+pub mod codex_backend;
 pub mod collector;
 pub mod corpus;
 pub mod dialect;

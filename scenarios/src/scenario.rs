@@ -76,6 +76,9 @@ pub struct UpstreamSpec {
     pub host: String,
     /// Scripts by model (`*` for any other).
     pub routes: BTreeMap<String, Script>,
+    /// Whether it plays ChatGPT's Codex backend (its request rules and 400s).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub codex_backend: bool,
 }
 
 /// A group of requests from one client host.

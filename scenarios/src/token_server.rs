@@ -31,6 +31,14 @@ pub enum TokenFault {
     Slow(Duration),
     /// Refuses every refresh with `invalid_grant`.
     InvalidGrant,
+    /// Rotates the refresh token, then loses the answer: the connection closes without one
+    /// (a reset after the request was sent).
+    Lose,
+    /// Rotates the refresh token, then never answers (the client times out).
+    Hang,
+    /// Rotates the refresh token, then answers 503 with an empty body (a proxy in front of the
+    /// endpoint that lost the answer).
+    Blank503,
 }
 
 /// Tokens of one sign-in.
@@ -55,6 +63,9 @@ pub struct TokenStats {
     pub refused: u64,
     /// Refreshes answered 503 (the `Down` fault).
     pub unavailable: u64,
+    /// Refreshes that rotated the refresh token and lost their answer (`Lose`, `Hang`,
+    /// `Blank503`).
+    pub lost: u64,
     /// Requests an upstream refused because their access token was expired.
     pub expired_presented: u64,
     /// Requests an upstream refused because their access token was unknown or revoked.
@@ -220,18 +231,32 @@ impl TokenServer {
                 self.lock().stats.unavailable += 1;
                 return Ok(json(503, r#"{"error":"temporarily_unavailable"}"#.to_owned()));
             }
-            TokenFault::None | TokenFault::InvalidGrant => {}
+            TokenFault::None
+            | TokenFault::InvalidGrant
+            | TokenFault::Lose
+            | TokenFault::Hang
+            | TokenFault::Blank503 => {}
         }
         if fields.get("grant_type").map(String::as_str) != Some("refresh_token") {
             return Ok(json(400, r#"{"error":"unsupported_grant_type"}"#.to_owned()));
         }
         let presented = fields.get("refresh_token").cloned().unwrap_or_default();
+        let answer = self.refresh(&presented, fault);
+        if answer.is_none() && fault == TokenFault::Hang {
+            std::future::pending::<()>().await;
+        }
+        answer.ok_or_else(|| io::Error::new(io::ErrorKind::ConnectionReset, "the token answer is lost"))
+    }
+
+    /// Rotates `presented` (or refuses it); `None` when `fault` loses the answer to a
+    /// rotation.
+    fn refresh(&self, presented: &str, fault: TokenFault) -> Option<Response<UpBody>> {
         let mut s = self.lock();
         if fault == TokenFault::InvalidGrant {
             s.stats.refused += 1;
-            return Ok(invalid_grant("refresh refused by the scripted fault"));
+            return Some(invalid_grant("refresh refused by the scripted fault"));
         }
-        let family = match s.refresh.get_mut(&presented) {
+        let family = match s.refresh.get_mut(presented) {
             None => None,
             Some(e) if e.used => {
                 // Reuse: revoke the whole family (RFC 9700 §4.14).
@@ -239,7 +264,7 @@ impl TokenServer {
                 s.stats.reused += 1;
                 s.stats.refused += 1;
                 s.revoked.push(family);
-                return Ok(invalid_grant("refresh token reused; the family is revoked"));
+                return Some(invalid_grant("refresh token reused; the family is revoked"));
             }
             Some(e) => {
                 e.used = true;
@@ -248,13 +273,18 @@ impl TokenServer {
         };
         let Some(family) = family.filter(|f| !s.revoked.contains(f)) else {
             s.stats.refused += 1;
-            return Ok(invalid_grant("unknown or revoked refresh token"));
+            return Some(invalid_grant("unknown or revoked refresh token"));
         };
         let grant = self.issue(&mut s, family);
+        if matches!(fault, TokenFault::Lose | TokenFault::Hang | TokenFault::Blank503) {
+            // Rotated: the presented refresh token is used up, and the answer never arrives.
+            s.stats.lost += 1;
+            return (fault == TokenFault::Blank503).then(|| json(503, String::new()));
+        }
         s.stats.refreshed += 1;
         let mut body = serde_json::to_value(&grant).unwrap_or_default();
         body["token_type"] = "Bearer".into();
-        Ok(json(200, body.to_string()))
+        Some(json(200, body.to_string()))
     }
 }
 
@@ -298,16 +328,26 @@ pub struct TokenServerSpec {
     /// Refreshes refused (`invalid_grant`), exactly.
     #[serde(default)]
     pub refused: Option<u64>,
+    /// Refreshes that rotated the refresh token and lost their answer, exactly.
+    #[serde(default)]
+    pub lost: Option<u64>,
+    /// The accounts' preset: `claude` (the default) or `codex` (with account id
+    /// [`SIM_ACCOUNT_ID`]).
+    #[serde(default)]
+    pub preset: Option<String>,
 }
 
-/// From `at_ms` on, refreshes meet `fault`: `none`, `down`, `invalid_grant` or `slow` (by
-/// `slow_ms`); or, at `at_ms`, `expire_access` ends every access token issued so far.
+/// From `at_ms` on, refreshes meet `fault`: `none`, `down`, `invalid_grant`, `slow` (by
+/// `slow_ms`; past the gateway's 30 s the answer comes late), or one that rotates the refresh
+/// token and loses the answer: `lose` (the connection closes), `hang` (no answer ever) or
+/// `blank_503` (a 503 without a body); or, at `at_ms`, `expire_access` ends every access token
+/// issued so far.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenFaultSpec {
     /// When.
     pub at_ms: u64,
-    /// `none`, `down`, `invalid_grant`, `slow` or `expire_access`.
+    /// `none`, `down`, `invalid_grant`, `slow`, `lose`, `hang`, `blank_503` or `expire_access`.
     pub fault: String,
     /// How slow, for `slow`.
     #[serde(default)]
@@ -322,16 +362,26 @@ impl TokenFaultSpec {
             "down" => Ok(Some(TokenFault::Down)),
             "invalid_grant" => Ok(Some(TokenFault::InvalidGrant)),
             "slow" => Ok(Some(TokenFault::Slow(Duration::from_millis(self.slow_ms)))),
+            "lose" => Ok(Some(TokenFault::Lose)),
+            "hang" => Ok(Some(TokenFault::Hang)),
+            "blank_503" => Ok(Some(TokenFault::Blank503)),
             "expire_access" => Ok(None),
-            other => Err(format!("unknown token fault {other:?} (none, down, invalid_grant, slow, expire_access)")),
+            other => Err(format!(
+                "unknown token fault {other:?} (none, down, invalid_grant, slow, lose, hang, blank_503, expire_access)"
+            )),
         }
     }
 }
 
-/// A connection's `oauth` table for `grant`, expiring at `expires_at_ms`, refreshed at `token_url`.
-pub fn oauth_table(grant: &Grant, expires_at_ms: u64, token_url: &str) -> String {
+/// The ChatGPT account id of a simulated `codex` sign-in.
+pub const SIM_ACCOUNT_ID: &str = "acct-sim-1";
+
+/// A connection's `oauth` table for `grant` under `preset`, expiring at `expires_at_ms`,
+/// refreshed at `token_url`.
+pub fn oauth_table(grant: &Grant, expires_at_ms: u64, token_url: &str, preset: &str) -> String {
+    let account = if preset == "codex" { format!(", account_id = \"{SIM_ACCOUNT_ID}\"") } else { String::new() };
     format!(
-        "oauth = {{ preset = \"claude\", access_token = \"{}\", refresh_token = \"{}\", expires_at = {expires_at_ms}, token_url = \"{token_url}\" }}",
+        "oauth = {{ preset = \"{preset}\", access_token = \"{}\", refresh_token = \"{}\", expires_at = {expires_at_ms}, token_url = \"{token_url}\"{account} }}",
         grant.access_token, grant.refresh_token
     )
 }

@@ -48,6 +48,8 @@ pub struct ScriptedUpstream {
     wall_start_ms: u64,
     /// When set, only requests carrying a valid access token of this server are answered.
     tokens: Option<Arc<crate::token_server::TokenServer>>,
+    /// Whether it plays ChatGPT's Codex backend ([`crate::codex_backend`]).
+    codex: bool,
 }
 
 /// The wall clock a scripted upstream believes it started at, unless told otherwise (the
@@ -70,7 +72,15 @@ impl ScriptedUpstream {
             started: tokio::time::Instant::now(),
             wall_start_ms: DEFAULT_WALL_START_MS,
             tokens: None,
+            codex: false,
         }
+    }
+
+    /// Plays ChatGPT's Codex backend: a Responses request that breaks one of its rules gets
+    /// the backend's own 400 ([`crate::codex_backend::refusal`]).
+    pub fn codex_backend(mut self) -> Self {
+        self.codex = true;
+        self
     }
 
     /// Answers 401 to requests without a valid access token of `server` (an OAuth account).
@@ -177,6 +187,11 @@ impl ScriptedUpstream {
             && !t.admits(authorization.as_deref())
         {
             return Ok(crate::token_server::refusal());
+        }
+        if self.codex
+            && let Some(detail) = crate::codex_backend::refusal(&path, &json)
+        {
+            return Ok(full(400, &BTreeMap::new(), serde_json::json!({ "detail": detail }).to_string()));
         }
         let keyed = key.as_deref().and_then(|k| self.routes.get(&format!("{route}#{k}")));
         let scripted =

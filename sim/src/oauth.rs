@@ -53,7 +53,8 @@ pub(crate) fn prepare(scenario: &Scenario) -> Result<(Option<Tokens>, String), S
             return Err(format!("token_server.accounts names {id:?}, but the gateway config has no {placeholder}"));
         }
         let grant = server.sign_in();
-        let table = oauth_table(&grant, WALL_START_MS + spec.lifetime_ms, &url);
+        let preset = spec.preset.as_deref().unwrap_or("claude");
+        let table = oauth_table(&grant, WALL_START_MS + spec.lifetime_ms, &url, preset);
         text = text.replace(&placeholder, &table);
         tables.push((placeholder, table));
     }
@@ -110,5 +111,10 @@ pub(crate) fn end_checks(tokens: &Tokens, shared: &Arc<Mutex<Shared>>, t: u64) {
         && stats.refused != n
     {
         s.rec.violate(t, format!("{} refreshes refused, expected {n}", stats.refused));
+    }
+    if let Some(n) = tokens.spec.lost
+        && stats.lost != n
+    {
+        s.rec.violate(t, format!("{} refresh answers lost after a rotation, expected {n}", stats.lost));
     }
 }

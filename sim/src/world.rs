@@ -282,6 +282,7 @@ fn add_upstreams(
         let guard = tokens.filter(|t| t.guards(&u.host)).map(|t| Arc::clone(&t.server));
         let shared = Arc::clone(shared);
         let host = u.host.clone();
+        let codex = u.codex_backend;
         sim.host(u.host.as_str(), move || {
             let routes = routes.clone();
             let shared = Arc::clone(&shared);
@@ -293,6 +294,7 @@ fn add_upstreams(
                     .fold(ScriptedUpstream::new().wall_clock(WALL_START_MS), |acc, (model, script)| {
                         acc.route(&model, script)
                     });
+                let up = if codex { up.codex_backend() } else { up };
                 let up = Arc::new(match guard {
                     Some(server) => up.require_tokens(server),
                     None => up,
@@ -360,6 +362,7 @@ pub fn bench_scenario() -> Scenario {
         upstreams: vec![scenarios::scenario::UpstreamSpec {
             host: "up-a".into(),
             routes: [("m".to_owned(), script)].into_iter().collect(),
+            codex_backend: false,
         }],
         workload: vec![Workload { every_ms: 360, count: 10_000, ..Workload::of("client", "a/m") }],
         faults: Vec::new(),

@@ -31,17 +31,17 @@ fn row(generation: u64, origin: &str, expires_at_ms: u64) -> Row {
 }
 
 /// The walk-through both stores must give exactly: seed, claims (granted, busy, newer, behind),
-/// publish only under the last fence and as the next generation, a lapsed claim in doubt,
-/// release and refuse.
+/// publish only under the last fence and as the next generation, a lapsed claim and a lost
+/// answer in doubt (never granted again, still published by the holder), release and refuse.
 async fn walk_through(t: &SharedTokens) {
     assert_eq!(t.read("c1", 0).await.expect("read"), None);
-    assert_eq!(t.claim("c1", 0, "a", 0, TTL, true).await.expect("claim"), Claim::Nothing);
+    assert_eq!(t.claim("c1", 0, "a", 0, TTL).await.expect("claim"), Claim::Nothing);
     assert_eq!(t.seed("c1", 0, &row(0, "o1", 600_000)).await.expect("seed"), row(0, "o1", 600_000));
     // The same sign-in at the same generation from the other replica: the store's stays.
     assert_eq!(t.seed("c1", 1, &row(0, "o1", 700_000)).await.expect("seed"), row(0, "o1", 600_000));
-    let a = t.claim("c1", 10, "a", 0, TTL, true).await.expect("claim");
-    assert_eq!(a, Claim::Granted { fence: 1, in_doubt: false });
-    assert_eq!(t.claim("c1", 20, "b", 0, TTL, true).await.expect("claim"), Claim::Busy { until_ms: 60_010 });
+    let a = t.claim("c1", 10, "a", 0, TTL).await.expect("claim");
+    assert_eq!(a, Claim::Granted { fence: 1 });
+    assert_eq!(t.claim("c1", 20, "b", 0, TTL).await.expect("claim"), Claim::Busy { until_ms: 60_010 });
     // Not the next generation, or not the holder's fence: refused without a write.
     assert_eq!(t.publish("c1", 30, 1, &row(2, "o1", 900_000)).await.expect("p"), Err("generation 0 is stored".into()));
     assert_eq!(
@@ -50,48 +50,38 @@ async fn walk_through(t: &SharedTokens) {
     );
     assert_eq!(t.publish("c1", 40, 1, &row(1, "o1", 900_000)).await.expect("p"), Ok(()));
     assert_eq!(t.publish("c1", 41, 1, &row(1, "o1", 900_000)).await.expect("p").map_err(|_| ()), Err(()));
-    assert_eq!(t.claim("c1", 50, "b", 0, TTL, true).await.expect("claim"), Claim::Newer(row(1, "o1", 900_000)));
-    assert_eq!(t.claim("c1", 50, "b", 2, TTL, true).await.expect("claim"), Claim::Behind);
-    // A claim that lapses unpublished: in doubt while the caller's access token works.
-    assert_eq!(
-        t.claim("c1", 100, "b", 1, TTL, true).await.expect("claim"),
-        Claim::Granted { fence: 2, in_doubt: false }
-    );
-    assert_eq!(t.claim("c1", 60_099, "a", 1, TTL, true).await.expect("claim"), Claim::Busy { until_ms: 60_100 });
-    assert_eq!(t.claim("c1", 60_100, "a", 1, TTL, true).await.expect("claim"), Claim::Doubt);
+    assert_eq!(t.claim("c1", 50, "b", 0, TTL).await.expect("claim"), Claim::Newer(row(1, "o1", 900_000)));
+    assert_eq!(t.claim("c1", 50, "b", 2, TTL).await.expect("claim"), Claim::Behind);
+    // A claim that lapses unpublished: in doubt, and never granted again for that generation.
+    assert_eq!(t.claim("c1", 100, "b", 1, TTL).await.expect("claim"), Claim::Granted { fence: 2 });
+    assert_eq!(t.claim("c1", 60_099, "a", 1, TTL).await.expect("claim"), Claim::Busy { until_ms: 60_100 });
+    assert_eq!(t.claim("c1", 60_100, "a", 1, TTL).await.expect("claim"), Claim::Doubt);
+    assert_eq!(t.claim("c1", 900_000, "a", 1, TTL).await.expect("claim"), Claim::Doubt);
     // Its holder can still publish: nobody took the claim over.
-    assert_eq!(t.publish("c1", 70_000, 2, &row(2, "o1", 900_000)).await.expect("p"), Ok(()));
-    // Taken over once the caller's access token has expired.
-    assert_eq!(
-        t.claim("c1", 70_001, "a", 2, TTL, true).await.expect("claim"),
-        Claim::Granted { fence: 3, in_doubt: false }
-    );
-    assert_eq!(
-        t.claim("c1", 130_001, "b", 2, TTL, false).await.expect("claim"),
-        Claim::Granted { fence: 4, in_doubt: true }
-    );
-    assert_eq!(t.publish("c1", 130_002, 3, &row(3, "o1", 900_000)).await.expect("p").map_err(|_| ()), Err(()));
+    assert_eq!(t.publish("c1", 900_001, 2, &row(2, "o1", 1_900_000)).await.expect("p"), Ok(()));
+    assert_eq!(t.claim("c1", 900_002, "a", 2, TTL).await.expect("claim"), Claim::Granted { fence: 3 });
+    // Its holder lost the token endpoint's answer: in doubt at once; a stale fence changes nothing.
+    assert!(!t.doubt("c1", 900_003, 2).await.expect("doubt"));
+    assert!(t.doubt("c1", 900_003, 3).await.expect("doubt"));
+    assert_eq!(t.claim("c1", 900_004, "b", 2, TTL).await.expect("claim"), Claim::Doubt);
+    // The answer came late: the holder publishes it.
+    assert_eq!(t.publish("c1", 900_005, 3, &row(3, "o1", 1_900_000)).await.expect("p"), Ok(()));
+    assert_eq!(t.claim("c1", 900_006, "a", 3, TTL).await.expect("claim"), Claim::Granted { fence: 4 });
     // Release settles the claim (no doubt left); a stale fence changes nothing.
-    assert!(!t.release("c1", 130_003, 3).await.expect("release"));
-    assert!(t.release("c1", 130_003, 4).await.expect("release"));
-    assert_eq!(
-        t.claim("c1", 130_004, "a", 2, TTL, true).await.expect("claim"),
-        Claim::Granted { fence: 5, in_doubt: false }
-    );
+    assert!(!t.release("c1", 900_007, 3).await.expect("release"));
+    assert!(t.release("c1", 900_007, 4).await.expect("release"));
+    assert_eq!(t.claim("c1", 900_008, "a", 3, TTL).await.expect("claim"), Claim::Granted { fence: 5 });
     // Refused: every later claim from that generation hears it, until a new sign-in.
-    assert!(t.refuse("c1", 130_005, 5).await.expect("refuse"));
-    assert_eq!(t.claim("c1", 130_006, "b", 2, TTL, true).await.expect("claim"), Claim::Refused);
-    let refused = t.read("c1", 130_006).await.expect("read").expect("a row");
-    assert!(refused.refused && refused.generation == 2, "{refused:?}");
+    assert!(t.refuse("c1", 900_009, 5).await.expect("refuse"));
+    assert_eq!(t.claim("c1", 900_010, "b", 3, TTL).await.expect("claim"), Claim::Refused);
+    let refused = t.read("c1", 900_010).await.expect("read").expect("a row");
+    assert!(refused.refused && refused.generation == 3, "{refused:?}");
     // A new sign-in (another origin) replaces a refused row, one generation on.
-    let signed_in = t.seed("c1", 130_007, &row(0, "o2", 800_000)).await.expect("seed");
-    assert_eq!(signed_in, Row { generation: 3, ..row(0, "o2", 800_000) });
-    assert_eq!(
-        t.claim("c1", 130_008, "b", 3, TTL, true).await.expect("claim"),
-        Claim::Granted { fence: 6, in_doubt: false }
-    );
+    let signed_in = t.seed("c1", 900_011, &row(0, "o2", 800_000)).await.expect("seed");
+    assert_eq!(signed_in, Row { generation: 4, ..row(0, "o2", 800_000) });
+    assert_eq!(t.claim("c1", 900_012, "b", 4, TTL).await.expect("claim"), Claim::Granted { fence: 6 });
     // Another sign-in that expires sooner than the stored one does not replace it.
-    assert_eq!(t.seed("c1", 130_009, &row(0, "o3", 700_000)).await.expect("seed"), signed_in);
+    assert_eq!(t.seed("c1", 900_013, &row(0, "o3", 700_000)).await.expect("seed"), signed_in);
 }
 
 #[test]
@@ -106,7 +96,8 @@ fn redis_and_the_store_host_walk_through_the_same_answers() {
 #[derive(Debug, Clone)]
 enum Op {
     Seed { origin: u8, generation: u64, expires: u64 },
-    Claim { owner: u8, from: u64, may_wait: bool },
+    Claim { owner: u8, from: u64 },
+    Doubt { fence: u64 },
     Publish { fence: u64, generation: u64 },
     Release { fence: u64 },
     Refuse { fence: u64 },
@@ -119,7 +110,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         1 => (0u8..2, generation.clone(), prop_oneof![Just(500_000u64), Just(900_000)])
             .prop_map(|(origin, generation, expires)| Op::Seed { origin, generation, expires }),
-        4 => (0u8..2, generation.clone(), any::<bool>()).prop_map(|(owner, from, may_wait)| Op::Claim { owner, from, may_wait }),
+        4 => (0u8..2, generation.clone()).prop_map(|(owner, from)| Op::Claim { owner, from }),
+        1 => fence.clone().prop_map(|fence| Op::Doubt { fence }),
         3 => (fence.clone(), generation).prop_map(|(fence, generation)| Op::Publish { fence, generation }),
         1 => fence.clone().prop_map(|fence| Op::Release { fence }),
         1 => fence.prop_map(|fence| Op::Refuse { fence }),
@@ -133,9 +125,10 @@ async fn step(t: &SharedTokens, op: &Op, now: u64) -> Result<String, String> {
         Op::Seed { origin, generation, expires } => {
             format!("{:?}", t.seed("c1", now, &row(*generation, &format!("o{origin}"), *expires)).await.map_err(e)?)
         }
-        Op::Claim { owner, from, may_wait } => {
-            format!("{:?}", t.claim("c1", now, &format!("r{owner}"), *from, TTL, *may_wait).await.map_err(e)?)
+        Op::Claim { owner, from } => {
+            format!("{:?}", t.claim("c1", now, &format!("r{owner}"), *from, TTL).await.map_err(e)?)
         }
+        Op::Doubt { fence } => format!("{:?}", t.doubt("c1", now, *fence).await.map_err(e)?),
         Op::Publish { fence, generation } => {
             format!("{:?}", t.publish("c1", now, *fence, &row(*generation, "any", 900_000)).await.map_err(e)?)
         }
@@ -207,7 +200,7 @@ fn forty_concurrent_claims_through_two_clients_grant_one() {
             let tasks: Vec<_> = (0..40)
                 .map(|i| {
                     let r = replicas[i % 2].clone();
-                    tokio::spawn(async move { r.claim("c1", 1_000, &format!("r{}", i % 2), 0, TTL, true).await })
+                    tokio::spawn(async move { r.claim("c1", 1_000, &format!("r{}", i % 2), 0, TTL).await })
                 })
                 .collect();
             let mut answers = Vec::new();

@@ -181,6 +181,8 @@ impl Config {
             raw.connections.extend(connections);
             raw.combos.push(combo);
         }
+        let oauth_of: Vec<_> = raw.connections.iter().map(|c| (c.provider.as_str(), c.oauth.as_ref())).collect();
+        oauth::fill_base_urls(raw.providers.iter_mut().map(|p| (p.id.as_str(), &mut p.base_url)), &oauth_of);
         let mut resolve = |field: String, value: &str| -> Option<String> {
             match value.strip_prefix("env:") {
                 Some(name) => match env(name) {

@@ -97,6 +97,9 @@ pub struct Preset {
     pub beta: Option<&'static str>,
     /// The header that carries the account id, if the backend expects one.
     pub account_header: Option<&'static str>,
+    /// The `base_url` of a provider whose connections use this preset, when it names none:
+    /// the backend the official client reaches with this sign-in.
+    pub base_url: &'static str,
 }
 
 /// The presets: Claude Code's and Codex's sign-in.
@@ -109,19 +112,36 @@ pub const PRESETS: [Preset; 2] = [
         scope: None,
         beta: Some("oauth-2025-04-20"),
         account_header: None,
+        base_url: "https://api.anthropic.com/v1",
     },
     Preset {
         name: "codex",
-        // ChatGPT's Codex backend speaks the Responses API; until a `responses` provider format
-        // exists a codex account is reached as a chat-format provider.
-        format: Format::Openai,
+        // ChatGPT's Codex backend, which Codex reaches with a ChatGPT sign-in, speaks the
+        // Responses API (docs/codex-backend.md names the sources).
+        format: Format::Responses,
         token_url: "https://auth.openai.com/oauth/token",
         client_id: "app_EMoamEEZ73f0CkXaXp7hrann",
         scope: Some("openid profile email"),
         beta: None,
         account_header: Some("chatgpt-account-id"),
+        base_url: "https://chatgpt.com/backend-api/codex",
     },
 ];
+
+/// Gives each provider (id, `base_url`) that names no `base_url` its connections' preset
+/// backend, when they are OAuth connections (provider id, `oauth`) of one preset.
+pub(super) fn fill_base_urls<'a>(
+    providers: impl Iterator<Item = (&'a str, &'a mut String)>,
+    connections: &[(&str, Option<&OAuthConfig>)],
+) {
+    for (id, base_url) in providers.filter(|(_, b)| b.is_empty()) {
+        let mut presets = connections.iter().filter(|(p, _)| *p == id).map(|(_, o)| o.map(|o| o.preset()));
+        let Some(Some(Some(first))) = presets.next() else { continue };
+        if presets.all(|o| o == Some(Some(first))) {
+            *base_url = first.base_url.to_owned();
+        }
+    }
+}
 
 /// Problems with connection `i`'s `oauth` table, for a provider of `format`.
 pub(super) fn validate(i: usize, o: &OAuthConfig, format: Option<Format>, has_key: bool, errors: &mut Vec<FieldError>) {
@@ -140,7 +160,7 @@ pub(super) fn validate(i: usize, o: &OAuthConfig, format: Option<Format>, has_ke
         )),
         Some(p) if format.is_some_and(|x| x != p.format) => {
             let needs = p.format.name();
-            errors.push(err(f("preset"), format!("the {} preset needs an {needs}-format provider", p.name)));
+            errors.push(err(f("preset"), format!("the {} preset needs a provider of format = \"{needs}\"", p.name)));
         }
         Some(_) => {}
     }

@@ -20,7 +20,9 @@ pub struct ProviderConfig {
     /// Wire format.
     #[serde(default = "default_format")]
     pub format: Format,
-    /// Base URL (`…/v1`).
+    /// Base URL (`…/v1`). May be left out for a provider whose connections use an OAuth
+    /// preset: the preset's backend (`codex`: `https://chatgpt.com/backend-api/codex`).
+    #[serde(default)]
     pub base_url: String,
     /// Class: selects breaker and cooldown defaults.
     #[serde(default = "default_class")]
@@ -113,6 +115,10 @@ pub(super) fn validate(providers: &[ProviderConfig], errors: &mut Vec<FieldError
         }
         match p.base_url.parse::<http::Uri>() {
             Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {}
+            _ if p.base_url.is_empty() => errors.push(err(
+                f("base_url"),
+                "is required (only a provider whose connections use an OAuth preset has a default)",
+            )),
             _ => errors.push(err(f("base_url"), format!("{:?} is not an http(s) URL", p.base_url))),
         }
         if let Some(cs) = &p.connection_strategy {

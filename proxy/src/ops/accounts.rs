@@ -101,8 +101,12 @@ pub fn parse(client: Client, body: &str, file: &str) -> Result<Imported, String>
             let refresh = text(&v, &["tokens", "refresh_token"], file)?;
             let expires = jwt_expiry_ms(access)
                 .ok_or_else(|| format!("{file}: tokens.access_token is not a JWT with an `exp` claim"))?;
+            // Codex fills `tokens.account_id` at sign-in from the id token's claim; older files
+            // may lack it, the id token still names it.
             let account_id = match v.get("tokens").and_then(|t| t.get("account_id")) {
-                None | Some(Value::Null) => None,
+                None | Some(Value::Null) => {
+                    v.get("tokens").and_then(|t| t.get("id_token")).and_then(Value::as_str).and_then(chatgpt_account_id)
+                }
                 Some(_) => Some(text(&v, &["tokens", "account_id"], file)?.to_owned()),
             };
             Ok(Imported {
@@ -113,6 +117,17 @@ pub fn parse(client: Client, body: &str, file: &str) -> Result<Imported, String>
             })
         }
     }
+}
+
+/// The ChatGPT account id an id token names (claim `https://api.openai.com/auth`,
+/// `chatgpt_account_id`), if it is a JWT that does.
+pub fn chatgpt_account_id(id_token: &str) -> Option<String> {
+    use base64::Engine as _;
+    let payload = id_token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    let id = v.get("https://api.openai.com/auth")?.get("chatgpt_account_id")?.as_str()?;
+    (!id.trim().is_empty() && !id.chars().any(char::is_control)).then(|| id.to_owned())
 }
 
 fn oauth_connection<'a>(config: &'a Config, id: &str) -> Result<&'a ConnectionConfig, String> {
@@ -161,20 +176,23 @@ pub fn import_file(
     let sealer = Sealer::new(config.server.secret_key.as_deref()).map_err(|e| e.to_string())?;
     let store = Store::open_dir(data_dir).map_err(|e| e.to_string())?;
     let lifetime = Lifetime { issued_at_ms: now_ms, expires_at_ms: t.expires_at_ms };
-    let stored =
-        import(&store, &sealer, c, t.access_token, t.refresh_token, lifetime, now_ms).map_err(|e| e.to_string())?;
+    let secrets = (t.access_token, t.refresh_token, t.account_id.as_deref());
+    let stored = import(&store, &sealer, c, secrets, lifetime, now_ms).map_err(|e| e.to_string())?;
     let mut out = format!(
         "imported tokens for {id} (generation {}, expires {}){}; the gateway takes them at its next start or config reload",
         stored.generation,
         rfc3339(t.expires_at_ms),
         if sealer.encrypts() { ", encrypted" } else { ", unencrypted: set server.secret_key" }
     );
-    if let Some(a) = t.account_id
-        && c.oauth.as_ref().and_then(|o| o.account_id.as_deref()) != Some(a.as_str())
-    {
-        out.push_str(&format!(
-            "\nnote: the file names account_id {a:?}; set oauth.account_id = {a:?} on {id} to send it"
-        ));
+    match (t.account_id, c.oauth.as_ref().and_then(|o| o.account_id.as_deref())) {
+        (Some(a), Some(set)) if a != set => out.push_str(&format!(
+            "\nnote: the file names account_id {a:?}, but oauth.account_id = {set:?} on {id} is sent (it wins)"
+        )),
+        (Some(a), None) => out.push_str(&format!("\naccount_id {a:?} stored; it is sent with these tokens")),
+        (None, None) if client == Client::Codex => {
+            out.push_str(&format!("\nnote: the file names no ChatGPT account id; set oauth.account_id on {id}"))
+        }
+        _ => {}
     }
     Ok(out)
 }

@@ -26,7 +26,7 @@ provider = "sub"
 oauth = {{ preset = "claude", access_token = "at-config", refresh_token = "rt-config", expires_at = 1780000000000 }}
 [[providers]]
 id = "gpt"
-format = "openai"
+format = "responses"
 class = "oauth"
 base_url = "http://127.0.0.1:9/v1"
 models = ["m"]
@@ -147,7 +147,36 @@ fn an_expired_file_and_a_codex_account_id_are_told() {
     let late = 1_790_000_000_001;
     assert!(import_file(&cfg, &data, Client::Codex, &file, "codex-1", late).expect_err("expired").contains("expired"));
     let said = import_file(&cfg, &data, Client::Codex, &file, "codex-1", 1_780_000_000_000).expect("imported");
-    assert!(said.contains("unencrypted") && said.contains(r#"account_id "acct-1""#), "{said}");
+    assert!(said.contains("unencrypted") && said.contains(r#"account_id "acct-1" stored"#), "{said}");
+    let store = Store::open_dir(&data).expect("store");
+    assert_eq!(store.load_account_id("codex-1").expect("read").as_deref(), Some("acct-1"));
+}
+
+/// A file without `tokens.account_id` (written before Codex filled it): the id token's claim
+/// `https://api.openai.com/auth` names the ChatGPT account, as Codex's own sign-in reads it.
+#[test]
+fn the_account_id_is_read_from_the_id_token_when_the_file_names_none() {
+    use base64::Engine as _;
+    let b64 = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+    let id_claims = b64(
+        r#"{"email":"a@example.com","https://api.openai.com/auth":{"chatgpt_plan_type":"plus","chatgpt_account_id":"0f7e9c1a-acct"}}"#,
+    );
+    let access = format!("eyJhbGciOiJSUzI1NiJ9.{}.sig", b64(r#"{"exp":1790000000}"#));
+    let body = format!(
+        r#"{{"OPENAI_API_KEY":null,"tokens":{{"id_token":"eyJhbGciOiJSUzI1NiJ9.{id_claims}.sig","access_token":"{access}","refresh_token":"rt-codex"}},"last_refresh":"2026-11-30T10:00:00Z"}}"#
+    );
+    let t = parse(Client::Codex, &body, "auth.json").expect("parsed");
+    assert_eq!(t.account_id.as_deref(), Some("0f7e9c1a-acct"));
+    assert_eq!(chatgpt_account_id("not-a-jwt"), None);
+    let dir = tempfile::tempdir().expect("a dir");
+    let file = dir.path().join("auth.json");
+    std::fs::write(&file, &body).expect("written");
+    let data = dir.path().join("data");
+    let said =
+        import_file(&config(false), &data, Client::Codex, &file, "codex-1", 1_780_000_000_000).expect("imported");
+    assert!(said.contains(r#"account_id "0f7e9c1a-acct" stored"#), "{said}");
+    let store = Store::open_dir(&data).expect("store");
+    assert_eq!(store.load_account_id("codex-1").expect("read").as_deref(), Some("0f7e9c1a-acct"));
 }
 
 #[test]

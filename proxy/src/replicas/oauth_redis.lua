@@ -2,8 +2,9 @@
 -- every operation, so each runs atomically on the server: at most one replica at a time holds
 -- the claim to refresh an account (with a fencing token), the tokens it got are accepted only
 -- from the claim's holder and only as the next generation, and a claim that lapsed before its
--- holder published leaves the refresh token "in doubt" (it may have been presented), which no
--- other replica presents again while its own access token still works.
+-- holder published, or whose holder lost the token endpoint's answer, leaves the refresh token
+-- "in doubt" (it may have been presented and rotated): no replica presents it again, and only
+-- the holder's publication (a late answer) or a new sign-in ends the doubt.
 --
 -- ARGV: op, prefix, now (Unix ms), connection, then the op's own.
 -- One hash per connection, P:oauth:<connection>:
@@ -50,9 +51,8 @@ elseif op == 'seed' then
   return tokens('tokens')
 
 elseif op == 'claim' then
-  -- ARGV[5..8]: owner, the generation the caller holds, ttl (ms), and '1' when the caller's
-  -- access token still works (it may wait for a refresh in doubt).
-  local owner, from, ttl, may_wait = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+  -- ARGV[5..7]: owner, the generation the caller holds, ttl (ms).
+  local owner, from, ttl = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
   if not gen then return { 'none' } end
   local sgen = tonumber(gen)
   if sgen > from then return tokens('newer') end
@@ -61,10 +61,10 @@ elseif op == 'claim' then
   local cgen, cexp = redis.call('HGET', K, 'cgen'), tonumber(redis.call('HGET', K, 'cexp')) or 0
   local doubt = cgen == gen
   if doubt and cexp > now then return { 'busy', string.format('%.0f', cexp) } end
-  if doubt and may_wait == '1' then return { 'doubt', string.format('%.0f', cexp) } end
+  if doubt then return { 'doubt', string.format('%.0f', cexp) } end
   local fence = redis.call('HINCRBY', K, 'fence', 1)
   redis.call('HSET', K, 'cfence', fence, 'cowner', owner, 'cexp', string.format('%.0f', now + ttl), 'cgen', gen)
-  return { 'granted', tostring(fence), doubt and '1' or '0' }
+  return { 'granted', tostring(fence) }
 
 elseif op == 'publish' then
   -- ARGV[5..10]: fence, gen, blob, issued, expires, last. Only the last claim's holder, and
@@ -74,6 +74,15 @@ elseif op == 'publish' then
   if tonumber(ARGV[6]) ~= tonumber(gen) + 1 then return { 'stale', 'generation ' .. gen .. ' is stored' } end
   write(ARGV[6], redis.call('HGET', K, 'origin'), ARGV[7], ARGV[8], ARGV[9], ARGV[10])
   return { 'published' }
+
+elseif op == 'doubt' then
+  -- ARGV[5]: fence. The claim's holder lost the token endpoint's answer: the claim lapses now,
+  -- unpublished, so the refresh token is in doubt at once (the holder may still publish).
+  if not gen or redis.call('HGET', K, 'cfence') ~= ARGV[5] or redis.call('HGET', K, 'cgen') ~= gen then
+    return { 'kept' }
+  end
+  redis.call('HSET', K, 'cexp', string.format('%.0f', now))
+  return { 'doubted' }
 
 elseif op == 'release' or op == 'refuse' then
   -- ARGV[5]: fence. `release`: the claim's holder got no tokens and the refresh token is not in

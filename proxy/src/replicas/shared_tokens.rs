@@ -6,9 +6,10 @@
 //!   replica never writes tokens older than the stored ones;
 //! - the others, finding the claim held, look again until the new generation is stored and take
 //!   it (`newer`) without presenting anything;
-//! - a claim that lapsed before its holder published leaves the refresh token **in doubt** (it
-//!   may have been presented): nobody presents it again while their access token still works,
-//!   so the holder can still publish once it reaches the store again.
+//! - a claim that lapsed before its holder published, or whose holder lost the token endpoint's
+//!   answer, leaves the refresh token **in doubt** (it may have been presented and rotated):
+//!   nobody presents it again; the holder can still publish (it reached the store again, or
+//!   the answer came late), and otherwise the accounts end when their access tokens do.
 //!
 //! Tokens travel as a sealed blob (the replicas share `[server] secret_key`); this module never
 //! opens it.
@@ -64,15 +65,13 @@ pub enum Claim {
         /// The claim's deadline (Unix ms).
         until_ms: u64,
     },
-    /// A claim lapsed unpublished: the refresh token may have been presented; wait while the
-    /// access token works.
+    /// A claim lapsed unpublished: the refresh token may have been presented; it is never
+    /// presented again (look again for the holder's publication while the access token works).
     Doubt,
     /// The caller holds the claim: present the refresh token, then publish under `fence`.
     Granted {
         /// The fencing token.
         fence: u64,
-        /// Whether the refresh token was in doubt (taken over after the access token expired).
-        in_doubt: bool,
     },
 }
 
@@ -166,8 +165,7 @@ impl SharedTokens {
         }
     }
 
-    /// Asks to refresh `conn` from generation `from` as `owner`, holding the claim for `ttl`;
-    /// `may_wait` when the caller's access token still works.
+    /// Asks to refresh `conn` from generation `from` as `owner`, holding the claim for `ttl`.
     pub async fn claim(
         &self,
         conn: &str,
@@ -175,10 +173,9 @@ impl SharedTokens {
         owner: &str,
         from: u64,
         ttl: Duration,
-        may_wait: bool,
     ) -> Result<Claim, StoreError> {
         let ttl = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).to_string();
-        let args = vec![owner.to_owned(), from.to_string(), ttl, if may_wait { "1" } else { "0" }.to_owned()];
+        let args = vec![owner.to_owned(), from.to_string(), ttl];
         let reply = self.run("claim", now_ms, conn, args).await?;
         Ok(match word(&reply, 0) {
             "none" => Claim::Nothing,
@@ -187,7 +184,7 @@ impl SharedTokens {
             "refused" => Claim::Refused,
             "busy" => Claim::Busy { until_ms: number("claim", &reply, 1)? },
             "doubt" => Claim::Doubt,
-            "granted" => Claim::Granted { fence: number("claim", &reply, 1)?, in_doubt: word(&reply, 2) == "1" },
+            "granted" => Claim::Granted { fence: number("claim", &reply, 1)? },
             _ => return Err(bad("claim", &reply)),
         })
     }
@@ -216,6 +213,14 @@ impl SharedTokens {
     pub async fn release(&self, conn: &str, now_ms: u64, fence: u64) -> Result<bool, StoreError> {
         let reply = self.run("release", now_ms, conn, vec![fence.to_string()]).await?;
         Ok(word(&reply, 0) == "released")
+    }
+
+    /// Records that the holder of the claim under `fence` lost the token endpoint's answer: the
+    /// refresh token is in doubt for every replica from now on. Returns whether the claim was
+    /// still the caller's.
+    pub async fn doubt(&self, conn: &str, now_ms: u64, fence: u64) -> Result<bool, StoreError> {
+        let reply = self.run("doubt", now_ms, conn, vec![fence.to_string()]).await?;
+        Ok(word(&reply, 0) == "doubted")
     }
 
     /// Records that the token endpoint refused the refresh token of the claim under `fence`.

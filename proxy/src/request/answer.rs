@@ -109,7 +109,9 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    if is_sse && !inbound.stream {
+    // The Codex backend streams every answer: one JSON answer is the stream's final response.
+    let collapse = is_sse && !inbound.stream && provider.format == ferroute_core::types::Format::Responses;
+    if is_sse && !inbound.stream && !collapse {
         // An event stream to a request for one JSON answer is not that answer: the
         // provider's failure, like a body that does not parse.
         return transport_failure(
@@ -140,6 +142,11 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
             );
         }
     };
+    let bytes = match collapse.then(|| crate::request::codex::final_response(&bytes)) {
+        None => bytes,
+        Some(Ok(b)) => b,
+        Some(Err(e)) => return transport_failure(&mut attempt, format!("{} streamed, but {e}", provider.id)),
+    };
     attempt.trace.usage_from(&bytes);
     let bytes = match exchange::answer(inbound, provider.format, bytes) {
         Ok(b) => b,
@@ -154,7 +161,7 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
     *out.status_mut() = parts.status;
     let same = exchange::native(inbound.api) == provider.format;
     let content_type = match parts.headers.get(http::header::CONTENT_TYPE) {
-        Some(ct) if same => ct.clone(),
+        Some(ct) if same && !collapse => ct.clone(),
         _ => HeaderValue::from_static("application/json"),
     };
     // The upstream's header map, emptied, holds the answer's few headers: no new map per answer.

@@ -14,7 +14,7 @@ use crate::translate::{Cause, ClientApi, Translated, Untranslatable, chat_messag
 use crate::translate::{chat_gemini, chat_responses, gemini_chat};
 use crate::translate::{responses, responses::ResponseBuilder};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue};
 use serde_json::Value;
 
 /// The Anthropic API version sent when the client names none.
@@ -63,45 +63,7 @@ pub fn error_shape(api: ClientApi) -> ErrorShape {
     }
 }
 
-/// `anthropic-beta`.
-pub static ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
-/// `anthropic-version`.
-pub static ANTHROPIC_VERSION_HEADER: HeaderName = HeaderName::from_static("anthropic-version");
-/// `OpenAI-Beta`.
-pub static OPENAI_BETA: HeaderName = HeaderName::from_static("openai-beta");
-
-/// W3C trace context.
-static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-
-/// Client headers that carry meaning for a provider's API, as the client sent them (values
-/// that are visible ASCII only; others are not forwarded).
-#[derive(Debug, Clone, Default)]
-pub struct ApiHeaders {
-    /// `anthropic-beta`.
-    pub anthropic_beta: Option<HeaderValue>,
-    /// `anthropic-version`.
-    pub anthropic_version: Option<HeaderValue>,
-    /// `OpenAI-Beta`.
-    pub openai_beta: Option<HeaderValue>,
-    /// The client's W3C `traceparent`.
-    pub traceparent: Option<HeaderValue>,
-    /// `User-Agent`: which client it is (a credential may serve only its own client).
-    pub user_agent: Option<HeaderValue>,
-}
-
-impl ApiHeaders {
-    /// Reads them from a request.
-    pub fn from(headers: &HeaderMap) -> Self {
-        let get = |n: &HeaderName| headers.get(n).filter(|v| v.to_str().is_ok()).cloned();
-        ApiHeaders {
-            anthropic_beta: get(&ANTHROPIC_BETA),
-            anthropic_version: get(&ANTHROPIC_VERSION_HEADER),
-            openai_beta: get(&OPENAI_BETA),
-            traceparent: get(&TRACEPARENT),
-            user_agent: get(&http::header::USER_AGENT),
-        }
-    }
-}
+pub use crate::request::api_headers::{ANTHROPIC_BETA, ANTHROPIC_VERSION_HEADER, ApiHeaders, OPENAI_BETA};
 
 /// One client request, in its client's wire format.
 #[derive(Clone)]
@@ -276,6 +238,8 @@ pub struct Prepared {
     /// An empty header map to send the next upstream request with (the client's, once read and
     /// emptied by [`Prepared::lend_headers`]), so that the first attempt makes none.
     spare_headers: Option<http::HeaderMap>,
+    /// What the Codex backend reads of the client.
+    pub codex: crate::request::codex::ClientIds,
 }
 
 impl Prepared {
@@ -392,7 +356,19 @@ pub fn prepare(inb: &Inbound, format: Format) -> Result<Prepared, Untranslatable
         fresh
     });
     let query = if native { inb.query.clone() } else { None };
-    Ok(Prepared { body, raw, model_at, dropped, headers, query, format, stream: inb.stream, spare_headers: None })
+    let codex = inb.headers.codex.clone();
+    Ok(Prepared {
+        body,
+        raw,
+        model_at,
+        dropped,
+        headers,
+        query,
+        format,
+        stream: inb.stream,
+        spare_headers: None,
+        codex,
+    })
 }
 
 /// A chat request in a format that is reached through chat (Responses, Gemini).

@@ -100,8 +100,11 @@ pub async fn forward<C: Connect + Clone + Send + Sync + 'static>(
 /// The headers beyond HTTP's own that the request path reads: the provider APIs' own
 /// ([`ApiHeaders`]), the session's ([`SessionHeaders`]) and the lease's
 /// ([`crate::sessions::leases::fence_of`]).
-const READ: [&str; 11] = [
+const READ: [&str; 14] = [
     "user-agent",
+    "originator",
+    "session_id",
+    "session-id",
     "anthropic-beta",
     "anthropic-version",
     "openai-beta",

@@ -6,7 +6,8 @@
 //! 2. [`dispatch`] walks the targets in the core's order (or [`multicall`] asks several at
 //!    once), through the admission queues;
 //! 3. [`upstream`] makes one attempt to one connection at its prepared [`endpoint`], with
-//!    [`attempt`]'s bookkeeping recording its outcome exactly once;
+//!    [`attempt`]'s bookkeeping recording its outcome exactly once (the client's
+//!    [`api_headers`] carried along, and ChatGPT's [`codex`] backend's demands met);
 //! 4. [`stream`] relays an event stream under the watchdog;
 //! 5. [`refuse`] answers when nothing could serve.
 //!
@@ -16,7 +17,9 @@
 //! from the state's use of [`resolve`]'s targets and the prepared [`endpoint`]s.
 
 pub mod answer;
+pub mod api_headers;
 pub mod attempt;
+pub mod codex;
 pub mod dispatch;
 pub mod endpoint;
 pub mod exchange;

@@ -31,6 +31,15 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     let provider = &gw.config.providers[t.provider];
     let body =
         prep.body_for(&t.model).map_err(|e| ProxyError::new(Source::Internal, 500, "internal", e.to_string()))?;
+    let oauth = gw.config.connections[t.connection].oauth.as_ref();
+    let codex = oauth.and_then(|o| o.preset()).is_some_and(|p| p.name == "codex");
+    let body = if codex {
+        crate::request::codex::body(&body, &mut prep.dropped).map_err(|e| {
+            ProxyError::bad_request("invalid_request", format!("{e} (the Codex backend takes a Responses request)"))
+        })?
+    } else {
+        body
+    };
     let unsendable = |e: &str| {
         ProxyError::new(
             Source::Internal,
@@ -52,8 +61,7 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     // Room for every header this request may carry (host, content type, accept, credential,
     // the client's API headers, the slow lane's, an OAuth account's three), so that the map
     // grows at most once, and a reused map of the usual size not at all.
-    let oauth = gw.config.connections[t.connection].oauth.is_some();
-    h.reserve(4 + prep.headers.len() + usize::from(slow) + if oauth { 3 } else { 0 });
+    h.reserve(4 + prep.headers.len() + usize::from(slow) + if oauth.is_some() { 5 } else { 0 });
     if let Some(host) = gw.endpoints.host(t.provider) {
         h.insert(http::header::HOST, host.clone());
     }
@@ -73,7 +81,10 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
             let c = gw.accounts.credential(&gw.config.connections[t.connection].id).ok_or_else(|| {
                 unsendable("the OAuth account has no tokens (see the log for why they could not be read)")
             })?;
-            oauth_headers(h, o, c.authorization);
+            oauth_headers(h, o, c.authorization, c.account_id);
+            if codex {
+                crate::request::codex::headers(h, &prep.codex);
+            }
             Some(c.generation)
         }
         None => None,
@@ -83,7 +94,12 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
 
 /// An OAuth connection's headers: its bearer token, the preset's beta merged into the client's
 /// `anthropic-beta`, and the account id header its backend expects.
-fn oauth_headers(h: &mut http::HeaderMap, o: &crate::config::OAuthConfig, authorization: HeaderValue) {
+fn oauth_headers(
+    h: &mut http::HeaderMap,
+    o: &crate::config::OAuthConfig,
+    authorization: HeaderValue,
+    account_id: Option<HeaderValue>,
+) {
     h.insert(http::header::AUTHORIZATION, authorization);
     let Some(preset) = o.preset() else { return };
     if let Some(beta) = preset.beta {
@@ -96,10 +112,8 @@ fn oauth_headers(h: &mut http::HeaderMap, o: &crate::config::OAuthConfig, author
             h.insert(ANTHROPIC_BETA.clone(), v);
         }
     }
-    if let (Some(name), Some(id)) = (preset.account_header, o.account_id.as_deref())
-        && let Ok(v) = HeaderValue::try_from(id)
-    {
-        h.insert(name, v);
+    if let (Some(name), Some(id)) = (preset.account_header, account_id) {
+        h.insert(name, id);
     }
 }
 

@@ -29,9 +29,13 @@ pub struct Credential {
     pub authorization: HeaderValue,
     /// The tokens' generation (a refused request names it when it asks for a refresh).
     pub generation: u64,
+    /// The account id the backend expects with them (the config's, or an import's).
+    pub account_id: Option<HeaderValue>,
 }
 
-/// A refresh about to be made: the refresh token it presents, once.
+/// A refresh about to be made: the refresh token it presents, once (unless the flight only
+/// looks, [`Flight::presents`]).
+#[derive(Clone)]
 pub struct Ticket {
     /// The flight it belongs to.
     pub flight: Flight,
@@ -50,8 +54,12 @@ pub struct View {
     pub next_refresh: Option<u64>,
     /// Failed refreshes since the last success.
     pub failures: u32,
-    /// `valid`, `refreshing`, `retrying` or `needs_sign_in`.
+    /// `valid`, `refreshing`, `retrying`, `in_doubt` or `needs_sign_in`.
     pub state: &'static str,
+    /// Whether the refresh token is in doubt: a refresh's answer was lost after the endpoint
+    /// may have rotated it, so it is never presented again (the access token serves until it
+    /// expires; then the account needs a new sign-in).
+    pub in_doubt: bool,
 }
 
 struct Entry {
@@ -175,13 +183,31 @@ impl Accounts {
                 problems.push(format!("{}: the access token cannot be sent as a header", c.id));
                 continue;
             };
-            let account = Account::new(tokens.lifetime, o.refresh_at(), tokens.generation)
+            let mut account = Account::new(tokens.lifetime, o.refresh_at(), tokens.generation)
                 .with_last_refresh(tokens.last_refresh_ms);
+            // A flight written down and never settled: its refresh token may have been used.
+            match store.filter(|_| !unreadable).map(|s| s.open_flight(&c.id)) {
+                Some(Ok(Some(g))) if g == tokens.generation => {
+                    tracing::warn!(connection = %c.id, "a refresh of these OAuth tokens never settled: the refresh token is in doubt and is not presented again");
+                    account = account.in_doubt();
+                }
+                Some(Err(e)) => problems.push(format!("{}: {e}", c.id)),
+                _ => {}
+            }
             if new_sign_in {
                 renewed.push(c.id.clone());
             }
             let ended = entries.remove(&c.id).map_or_else(|| Arc::new(Notify::new()), |e| e.ended);
-            let credential = Credential { authorization, generation: account.generation() };
+            let imported = match store.map(|s| s.load_account_id(&c.id)) {
+                Some(Err(e)) => {
+                    problems.push(format!("{}: {e}", c.id));
+                    None
+                }
+                Some(Ok(a)) => a,
+                None => None,
+            };
+            let account_id = o.account_id.clone().or(imported).and_then(|a| HeaderValue::try_from(a).ok());
+            let credential = Credential { authorization, generation: account.generation(), account_id };
             let (access_token, refresh_token) = (tokens.access_token, tokens.refresh_token);
             entries.insert(c.id.clone(), Entry { account, credential, access_token, refresh_token, origin, ended });
             self.unshared.store(true, Ordering::Relaxed);
@@ -251,7 +277,8 @@ impl Accounts {
         if taken && let Some((t, _)) = new {
             match bearer(&t.access_token) {
                 Some(authorization) => {
-                    e.credential = Credential { authorization, generation: e.account.generation() };
+                    let account_id = e.credential.account_id.take();
+                    e.credential = Credential { authorization, generation: e.account.generation(), account_id };
                     e.access_token.clone_from(&t.access_token);
                     e.refresh_token.clone_from(&t.refresh_token);
                 }
@@ -319,7 +346,8 @@ impl Accounts {
         }
         let refresh_at = e.account.refresh_at();
         e.account = Account::new(t.lifetime, refresh_at, t.generation).with_last_refresh(t.last_refresh_ms);
-        e.credential = Credential { authorization, generation: t.generation };
+        e.credential =
+            Credential { authorization, generation: t.generation, account_id: e.credential.account_id.take() };
         e.access_token.clone_from(&t.access_token);
         e.refresh_token.clone_from(&t.refresh_token);
         e.origin.clone_from(&t.origin);
@@ -335,16 +363,21 @@ impl Accounts {
     }
 
     /// Starts the refresh of every account due at `now_ms`: each one's flight and the refresh
-    /// token it presents.
-    pub fn start_due(&self, now_ms: u64) -> Vec<(String, Ticket)> {
+    /// token it presents; and the accounts whose in-doubt refresh token lapsed with the access
+    /// token (they need a new sign-in from now on).
+    pub fn start_due(&self, now_ms: u64) -> (Vec<(String, Ticket)>, Vec<String>) {
         let mut entries = self.lock();
-        let mut started = Vec::new();
+        let (mut started, mut lapsed) = (Vec::new(), Vec::new());
         for (id, e) in entries.iter_mut() {
-            if let Begin::Refresh(flight) = e.account.begin(now_ms, Why::Scheduled) {
-                started.push((id.clone(), Ticket { flight, refresh_token: e.refresh_token.clone() }));
+            match e.account.begin(now_ms, Why::Scheduled) {
+                Begin::Refresh(flight) => {
+                    started.push((id.clone(), Ticket { flight, refresh_token: e.refresh_token.clone() }));
+                }
+                Begin::Lapsed => lapsed.push(id.clone()),
+                Begin::No | Begin::InFlight | Begin::Newer => {}
             }
         }
-        started
+        (started, lapsed)
     }
 
     /// What health shows of `connection`'s account.
@@ -355,6 +388,7 @@ impl Accounts {
             next_refresh: e.account.next_refresh_ms(),
             failures: e.account.failures(),
             state: e.account.state().as_str(),
+            in_doubt: e.account.doubted(),
         })
     }
 
@@ -371,8 +405,7 @@ pub fn import(
     store: &Store,
     sealer: &Sealer,
     c: &ConnectionConfig,
-    access_token: String,
-    refresh_token: String,
+    (access_token, refresh_token, account_id): (String, String, Option<&str>),
     lifetime: Lifetime,
     now_ms: u64,
 ) -> Result<StoredTokens, StoreError> {
@@ -387,6 +420,9 @@ pub fn import(
         last_refresh_ms: Some(now_ms),
     };
     store.save_tokens(&c.id, &tokens, sealer, now_ms)?;
+    if let Some(a) = account_id {
+        store.save_account_id(&c.id, a)?;
+    }
     Ok(tokens)
 }
 

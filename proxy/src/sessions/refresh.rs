@@ -2,15 +2,20 @@
 //! request's path unless an upstream refused the token: in the background when a refresh is
 //! due ([`run`]), at once after a 401 ([`renew`]).
 //!
-//! One refresh per connection at a time (the account's flight); the new tokens are stored
-//! before any request sends them; a refresh token is presented once, and again only after a
-//! try that got no answer (transport error, timeout, 5xx, 429). A refused grant (400 or 401
-//! from the token endpoint) ends the connection as `expired` until a new sign-in.
+//! One refresh per connection at a time (the account's flight); the flight is written down
+//! before the refresh token is presented, and the new tokens are stored before any request
+//! sends them. A refresh token is presented once, and again only after a try the endpoint did
+//! not act on (a connect error, a 429, a 5xx naming an OAuth error). A try whose answer was lost
+//! after sending (a timeout, a reset) leaves it in doubt: never presented again, the connection
+//! serves on its access token, takes the lost answer if it still comes, and ends as `expired`
+//! (needs a new sign-in) when the access token does. A refused grant (400 or 401 from the token
+//! endpoint) ends the connection as `expired` until a new sign-in.
 
 use crate::config::OAuthConfig;
 use crate::sessions::accounts::Ticket;
-use crate::sessions::refresh_outcome::{next_tokens, refreshed, refused, retry};
-use crate::sessions::token_endpoint::{Reply, ask};
+use crate::sessions::flight::{present, take_late};
+use crate::sessions::refresh_outcome::{lapsed, lost, next_tokens, refreshed, refused, retry};
+use crate::sessions::token_endpoint::Reply;
 use crate::state::gateway::Gateway;
 use ferroute_core::oauth::{Answer, Begin, Why};
 use hyper_util::client::legacy::connect::Connect;
@@ -45,6 +50,10 @@ pub async fn refresh<C: Connect + Clone + Send + Sync + 'static>(
             }
             gw.accounts.credential(connection).map(|c| c.generation) != before
         }
+        (Begin::Lapsed, _) => {
+            lapsed(gw, connection);
+            false
+        }
         (Begin::No | Begin::Refresh(_), _) => false,
     }
 }
@@ -63,7 +72,13 @@ async fn make<C: Connect + Clone + Send + Sync + 'static>(
         let link = Arc::clone(link);
         return crate::sessions::refresh_shared::make(gw, &link, connection, o, ticket).await;
     }
-    let reply = ask(gw, o, &ticket.refresh_token).await;
+    if !ticket.flight.presents {
+        // In doubt, and no other replica to have published anything: wait for the expiry.
+        let now = gw.clock.wall_now_ms();
+        gw.accounts.finish(connection, ticket, Answer::Lost { look_at_ms: None }, None, now);
+        return false;
+    }
+    let reply = present(gw, connection, o, ticket).await;
     let now = gw.clock.wall_now_ms();
     match reply {
         Reply::Tokens { access, refresh, lifetime } => {
@@ -80,6 +95,15 @@ async fn make<C: Connect + Clone + Send + Sync + 'static>(
         Reply::Retry(why) => {
             gw.accounts.finish(connection, ticket, Answer::Retryable, None, now);
             retry(gw, connection, &why);
+            false
+        }
+        Reply::Lost { why, late } => {
+            gw.accounts.finish(connection, ticket, Answer::Lost { look_at_ms: None }, None, now);
+            lost(gw, connection, &why);
+            if let Some(late) = late {
+                let (gw, connection, ticket) = (Arc::clone(gw), connection.to_owned(), ticket.clone());
+                tokio::spawn(take_late(gw, connection, ticket, late, async |_, _| true));
+            }
             false
         }
         Reply::Refused(why) => {
@@ -117,7 +141,11 @@ pub async fn run<C: Connect + Clone + Send + Sync + 'static>(current: impl Fn() 
             crate::sessions::refresh_shared::seed(&gw, link.tokens()).await;
         }
         let now = gw.clock.wall_now_ms();
-        for (connection, ticket) in gw.accounts.start_due(now) {
+        let (due, ended) = gw.accounts.start_due(now);
+        for connection in ended {
+            lapsed(&gw, &connection);
+        }
+        for (connection, ticket) in due {
             let Some(o) = gw.config.connections.iter().find(|c| c.id == connection).and_then(|c| c.oauth.clone())
             else {
                 // Not in this config (a reload raced the look): let the next look start it again.

@@ -86,11 +86,41 @@ pub fn refused<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, conn
     gw.metrics.oauth_refresh(connection, "invalid_grant");
     observe(gw, connection, "refused");
     tracing::error!(connection, %why, "OAuth refresh token refused: the account needs a new sign-in");
+    end(gw, connection, &format!("{why}; sign in again"));
+}
+
+/// Ends `connection` as `expired` until a new sign-in (an account-level outcome), saying `why`.
+fn end<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str, why: &str) {
     let at = gw.clock.now();
     if let Some(c) = gw.config.connections.iter().find(|c| c.id == connection) {
         let outcome = Observed::Outcome { provider: &c.provider, connection, kind: OutcomeKind::AccountLevel };
         gw.observe(at, outcome);
     }
-    gw.with_engine(|e| e.end_connection(at, connection, &format!("{why}; sign in again")));
+    gw.with_engine(|e| e.end_connection(at, connection, why));
     gw.settle();
+}
+
+/// The refresh's answer was lost after its request may have reached the endpoint (`why`): the
+/// refresh token is in doubt and is not presented again; the access token serves until it
+/// expires.
+pub fn lost<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str, why: &str) {
+    gw.metrics.oauth_refresh(connection, "lost");
+    observe(gw, connection, "in doubt");
+    let expires_at_ms = gw.accounts.view(connection).map(|v| v.expires_at);
+    tracing::error!(
+        connection,
+        %why,
+        ?expires_at_ms,
+        "OAuth refresh answer lost: the refresh token may have been rotated, so it is not presented again; serving on the access token until it expires"
+    );
+}
+
+/// The access token expired while the refresh token was in doubt: the connection ends as
+/// `expired` until a new sign-in, and says why.
+pub fn lapsed<C: Connect + Clone + Send + Sync + 'static>(gw: &Gateway<C>, connection: &str) {
+    gw.metrics.oauth_refresh(connection, "lapsed");
+    observe(gw, connection, "lapsed");
+    let why = "the refresh token is in doubt (a refresh's answer was lost, and the endpoint may have rotated it) and the access token has expired; sign in again";
+    tracing::error!(connection, "{why}");
+    end(gw, connection, why);
 }

@@ -7,15 +7,21 @@
 //!
 //! When the store cannot be reached *after* the token endpoint answered, the tokens are used
 //! here at once (they are the only copy; the claim, lapsed unpublished, keeps every other
-//! replica from presenting the old refresh token while its access token works) and published
-//! from a task that tries until the store takes them or a newer generation makes them moot.
+//! replica from presenting the old refresh token) and published from a task that tries until
+//! the store takes them or a newer generation makes them moot.
+//!
+//! When the token endpoint's answer is lost, the holder tells the store the refresh token is
+//! in doubt (its claim lapses at once, unpublished): no replica presents it again. The holder
+//! still publishes the answer if it comes late; every replica looks for that while its access
+//! token works, and its connection ends (a new sign-in is needed) when the access token does.
 
 use crate::config::OAuthConfig;
 use crate::replicas::link::Replicas;
 use crate::replicas::shared_tokens::{Claim, Row, SharedTokens};
 use crate::sessions::accounts::Ticket;
-use crate::sessions::refresh_outcome::{next_tokens, observe, refreshed, refused, retry, taken};
-use crate::sessions::token_endpoint::{Reply, TOKEN_TIMEOUT, ask};
+use crate::sessions::flight::{present as present_once, take_late};
+use crate::sessions::refresh_outcome::{lost, next_tokens, observe, refreshed, refused, retry, taken};
+use crate::sessions::token_endpoint::{Reply, TOKEN_TIMEOUT};
 use crate::sessions::token_store::{StoredTokens, open_blob, seal_blob};
 use crate::state::gateway::Gateway;
 use crate::state::interleave::call;
@@ -111,9 +117,8 @@ pub async fn make<C: Connect + Clone + Send + Sync + 'static>(
     let mut seeded = false;
     loop {
         let now = gw.clock.wall_now_ms();
-        let may_wait = gw.accounts.view(connection).is_some_and(|v| v.expires_at > now);
         let from = ticket.flight.generation;
-        let claim = call("tokens.claim", shared.claim(connection, now, link.name(), from, CLAIM_TTL, may_wait)).await;
+        let claim = call("tokens.claim", shared.claim(connection, now, link.name(), from, CLAIM_TTL)).await;
         let now = gw.clock.wall_now_ms();
         let defer = |at_ms: u64| {
             gw.accounts.finish(connection, ticket, Answer::Deferred { at_ms }, None, now);
@@ -148,21 +153,27 @@ pub async fn make<C: Connect + Clone + Send + Sync + 'static>(
             Ok(Claim::Busy { until_ms }) if now >= give_up_ms => return defer(until_ms),
             Ok(Claim::Busy { .. }) => tokio::time::sleep(LOOK_AGAIN).await,
             Ok(Claim::Doubt) => {
-                tracing::warn!(
-                    connection,
-                    "another replica's claim to refresh lapsed before it published; not presenting the refresh token while the access token works"
-                );
-                return defer(now.saturating_add(ms(DEFER)));
-            }
-            Ok(Claim::Granted { fence, in_doubt }) => {
-                if in_doubt {
+                if ticket.flight.presents {
                     tracing::warn!(
                         connection,
-                        "the access token expired while a lapsed claim's refresh is unpublished: presenting the refresh token anyway"
+                        "a claim to refresh lapsed unpublished: the refresh token is in doubt and is not presented again"
                     );
+                    lost(gw, connection, "another replica's refresh of this refresh token got no settled answer");
                 }
-                return present(gw, shared, connection, o, ticket, fence).await;
+                let look_at_ms = Some(now.saturating_add(ms(DEFER)));
+                gw.accounts.finish(connection, ticket, Answer::Lost { look_at_ms }, None, now);
+                return false;
             }
+            Ok(Claim::Granted { fence }) if !ticket.flight.presents => {
+                // The store forgot the doubt (lost, then seeded again): this replica has not.
+                if let Err(e) = shared.doubt(connection, now, fence).await {
+                    tracing::warn!(connection, error = %e, "could not tell the shared store the refresh token is in doubt; the claim lapses by itself");
+                }
+                let look_at_ms = Some(now.saturating_add(ms(DEFER)));
+                gw.accounts.finish(connection, ticket, Answer::Lost { look_at_ms }, None, now);
+                return false;
+            }
+            Ok(Claim::Granted { fence }) => return present(gw, shared, connection, o, ticket, fence).await,
         }
     }
 }
@@ -180,34 +191,16 @@ async fn present<C: Connect + Clone + Send + Sync + 'static>(
     ticket: &Ticket,
     fence: u64,
 ) -> bool {
-    let reply = ask(gw, o, &ticket.refresh_token).await;
+    let reply = present_once(gw, connection, o, ticket).await;
     let now = gw.clock.wall_now_ms();
     match reply {
         Reply::Tokens { access, refresh, lifetime } => {
             let Some(tokens) = next_tokens(gw, connection, ticket, access, refresh, lifetime, now) else {
                 return false;
             };
-            let row = match seal_blob(gw.accounts.sealer(), connection, &tokens) {
-                Ok(blob) => row_of(&tokens, blob),
-                Err(e) => {
-                    tracing::error!(connection, error = %e, "cannot seal the refreshed OAuth tokens");
-                    return false;
-                }
-            };
-            match call("tokens.publish", shared.publish(connection, now, fence, &row)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(why)) => {
-                    // Only if a claim lapsed while this replica was away and another replica,
-                    // its access token expired, took over: the store holds what won.
-                    tracing::error!(connection, %why, "the shared store did not take the refreshed OAuth tokens");
-                    gw.accounts.finish(connection, ticket, Answer::Deferred { at_ms: now }, None, now);
-                    return false;
-                }
-                Err(e) => {
-                    tracing::warn!(connection, error = %e, "could not publish the refreshed OAuth tokens; using them here and publishing them when the store answers");
-                    let (gw, shared, connection) = (Arc::clone(gw), shared.clone(), connection.to_owned());
-                    tokio::spawn(async move { publish_later(&gw, &shared, &connection, fence, row).await });
-                }
+            if !publish(gw, shared, connection, fence, &tokens).await {
+                gw.accounts.finish(connection, ticket, Answer::Deferred { at_ms: now }, None, now);
+                return false;
             }
             let new = Some((&tokens, gw.store.as_deref()));
             let taken = gw.accounts.finish(connection, ticket, Answer::Refreshed(lifetime), new, now);
@@ -222,6 +215,23 @@ async fn present<C: Connect + Clone + Send + Sync + 'static>(
             retry(gw, connection, &why);
             false
         }
+        Reply::Lost { why, late } => {
+            if let Err(e) = shared.doubt(connection, now, fence).await {
+                tracing::warn!(connection, error = %e, "could not tell the shared store the refresh token is in doubt; the claim lapses by itself");
+            }
+            let look_at_ms = Some(now.saturating_add(ms(DEFER)));
+            gw.accounts.finish(connection, ticket, Answer::Lost { look_at_ms }, None, now);
+            lost(gw, connection, &why);
+            if let Some(late) = late {
+                let (gw, shared, connection, ticket) =
+                    (Arc::clone(gw), shared.clone(), connection.to_owned(), ticket.clone());
+                let name = connection.clone();
+                let publish =
+                    async move |gw: &Arc<Gateway<C>>, t: &StoredTokens| publish(gw, &shared, &name, fence, t).await;
+                tokio::spawn(take_late(gw, connection, ticket, late, publish));
+            }
+            false
+        }
         Reply::Refused(why) => {
             if let Err(e) = shared.refuse(connection, now, fence).await {
                 tracing::warn!(connection, error = %e, "could not tell the shared store the refresh token was refused");
@@ -229,6 +239,41 @@ async fn present<C: Connect + Clone + Send + Sync + 'static>(
             gw.accounts.finish(connection, ticket, Answer::InvalidGrant, None, now);
             refused(gw, connection, &why);
             false
+        }
+    }
+}
+
+/// Publishes the tokens a refresh under `fence` got; when the store cannot be reached, they are
+/// used here anyway and published from a task once it answers. False when the store refused
+/// them (another replica's newer tokens won).
+async fn publish<C: Connect + Clone + Send + Sync + 'static>(
+    gw: &Arc<Gateway<C>>,
+    shared: &SharedTokens,
+    connection: &str,
+    fence: u64,
+    tokens: &StoredTokens,
+) -> bool {
+    let row = match seal_blob(gw.accounts.sealer(), connection, tokens) {
+        Ok(blob) => row_of(tokens, blob),
+        Err(e) => {
+            tracing::error!(connection, error = %e, "cannot seal the refreshed OAuth tokens");
+            return false;
+        }
+    };
+    let now = gw.clock.wall_now_ms();
+    match call("tokens.publish", shared.publish(connection, now, fence, &row)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(why)) => {
+            // Only if the store lost this claim and another sign-in or replica's tokens won:
+            // the store holds what won.
+            tracing::error!(connection, %why, "the shared store did not take the refreshed OAuth tokens");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(connection, error = %e, "could not publish the refreshed OAuth tokens; using them here and publishing them when the store answers");
+            let (gw, shared, connection) = (Arc::clone(gw), shared.clone(), connection.to_owned());
+            tokio::spawn(async move { publish_later(&gw, &shared, &connection, fence, row).await });
+            true
         }
     }
 }

@@ -2,6 +2,11 @@
 //! sealed together ([`Sealer`]), their lifetime, their generation, and which sign-in they
 //! descend from (the SHA-256 of the config's refresh token at that sign-in), so that the store
 //! wins over the config until the config names a new refresh token.
+//!
+//! Before a refresh token is presented, its flight is written down (`oauth_flights`); an
+//! answer that settles it (new tokens, a refusal, a try that safely got no answer) clears it.
+//! A flight found written at start-up (the process died mid-refresh, or the answer was lost)
+//! leaves that refresh token in doubt: it is never presented again.
 
 use crate::sessions::sealed::Sealer;
 use crate::state::store::{Store, StoreError};
@@ -146,7 +151,59 @@ impl Store {
                 i(wall_ms)
             ],
         )?;
+        // A flight of an older generation is settled by these tokens.
+        conn.execute(
+            "DELETE FROM oauth_flights WHERE connection = ?1 AND generation < ?2",
+            params![connection, i(t.generation)],
+        )?;
         Ok(())
+    }
+
+    /// Writes down that `connection`'s refresh token of `generation` is about to be presented.
+    pub fn begin_flight(&self, connection: &str, generation: u64, wall_ms: u64) -> Result<(), StoreError> {
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.lock().execute(
+            "INSERT INTO oauth_flights (connection, generation, started_at_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT(connection) DO UPDATE SET generation = ?2, started_at_ms = ?3",
+            params![connection, i(generation), i(wall_ms)],
+        )?;
+        Ok(())
+    }
+
+    /// Clears the flight of `generation`: its answer settled the refresh token.
+    pub fn end_flight(&self, connection: &str, generation: u64) -> Result<(), StoreError> {
+        let i = i64::try_from(generation).unwrap_or(i64::MAX);
+        self.lock()
+            .execute("DELETE FROM oauth_flights WHERE connection = ?1 AND generation = ?2", params![connection, i])?;
+        Ok(())
+    }
+
+    /// Records the account id an imported sign-in names (ChatGPT's, for the `codex` preset).
+    pub fn save_account_id(&self, connection: &str, account_id: &str) -> Result<(), StoreError> {
+        self.lock().execute(
+            "INSERT INTO oauth_account_ids (connection, account_id) VALUES (?1, ?2)
+             ON CONFLICT(connection) DO UPDATE SET account_id = ?2",
+            params![connection, account_id],
+        )?;
+        Ok(())
+    }
+
+    /// The account id an imported sign-in named, if any.
+    pub fn load_account_id(&self, connection: &str) -> Result<Option<String>, StoreError> {
+        let conn = self.lock();
+        let sql = "SELECT account_id FROM oauth_account_ids WHERE connection = ?1";
+        Ok(conn.query_row(sql, params![connection], |r| r.get::<_, String>(0)).optional()?)
+    }
+
+    /// The generation whose flight was written down and never settled, if any.
+    pub fn open_flight(&self, connection: &str) -> Result<Option<u64>, StoreError> {
+        let g = self
+            .lock()
+            .query_row("SELECT generation FROM oauth_flights WHERE connection = ?1", params![connection], |r| {
+                r.get::<_, i64>(0)
+            })
+            .optional()?;
+        Ok(g.map(|g| g.max(0) as u64))
     }
 }
 
@@ -200,6 +257,29 @@ mod tests {
         let plain = seal_blob(&Sealer::new(None).expect("none"), "c1", &tokens(3)).expect("plain");
         assert!(plain.starts_with("0:"));
         assert!(open_blob(&key, "c1", "garbage").is_err());
+    }
+
+    #[test]
+    fn a_flight_stays_written_until_settled_or_overtaken_by_newer_tokens() {
+        let dir = tempfile::tempdir().expect("a dir");
+        let sealer = Sealer::new(None).expect("none");
+        {
+            let store = Store::open_dir(dir.path()).expect("a store");
+            store.save_tokens("c1", &tokens(0), &sealer, 5).expect("saved");
+            store.begin_flight("c1", 0, 6).expect("written");
+            store.end_flight("c1", 0).expect("settled");
+            assert_eq!(store.open_flight("c1").expect("read"), None);
+            store.begin_flight("c1", 0, 7).expect("written");
+        }
+        // A restart finds it: that refresh token is in doubt.
+        let store = Store::open_dir(dir.path()).expect("reopened");
+        assert_eq!(store.open_flight("c1").expect("read"), Some(0));
+        assert_eq!(store.open_flight("c2").expect("read"), None);
+        store.end_flight("c1", 1).expect("another generation's");
+        assert_eq!(store.open_flight("c1").expect("read"), Some(0));
+        // Its late answer's tokens settle it.
+        store.save_tokens("c1", &tokens(1), &sealer, 8).expect("saved");
+        assert_eq!(store.open_flight("c1").expect("read"), None);
     }
 
     #[test]

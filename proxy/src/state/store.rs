@@ -90,6 +90,8 @@ CREATE TABLE IF NOT EXISTS oauth_tokens (
     last_refresh_ms INTEGER,
     saved_at_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS oauth_account_ids (connection TEXT PRIMARY KEY, account_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS oauth_flights (connection TEXT PRIMARY KEY, generation INTEGER NOT NULL, started_at_ms INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '1');
 ";
 

@@ -264,6 +264,7 @@ fn lane(d: &mut Draft, rf: &mut ChaCha8Rng) {
         ]
         .into_iter()
         .collect(),
+        codex_backend: false,
     });
     let count = CHECK_AT_MS.div_ceil(2_000) + 5;
     d.workload.push(steady("lane", "pl/m".into(), 500, count, rf.random_bool(0.3), true));

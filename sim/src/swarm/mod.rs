@@ -221,7 +221,11 @@ fn providers(d: &mut Draft, rngs: (&mut ChaCha8Rng, &mut ChaCha8Rng, &mut ChaCha
         focus::windows(focus, rf, p, &mut windows);
         let healthy = Behaviour::Echo { latency_ms: rng.random_range(0..50), chunk_ms: 10 };
         let script = Script(Mode::Schedule { period_ms: 1_000_000_000, windows, otherwise: Box::new(healthy) });
-        d.upstreams.push(UpstreamSpec { host, routes: [("m".to_owned(), script)].into_iter().collect() });
+        d.upstreams.push(UpstreamSpec {
+            host,
+            routes: [("m".to_owned(), script)].into_iter().collect(),
+            codex_backend: false,
+        });
     }
 }
 

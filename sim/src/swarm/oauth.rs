@@ -37,6 +37,7 @@ pub(super) fn accounts(seed: u64, focus: Focus, d: &mut Draft) -> Option<TokenSe
     d.upstreams.push(UpstreamSpec {
         host: "up-o".into(),
         routes: [("m".to_owned(), Script::always(healthy))].into_iter().collect(),
+        codex_backend: false,
     });
     let faults = match focus {
         Focus::SharedRefresh => {
@@ -84,6 +85,8 @@ pub(super) fn accounts(seed: u64, focus: Focus, d: &mut Draft) -> Option<TokenSe
         faults,
         refreshed: None,
         refused: heals.then_some(0),
+        lost: Some(0),
+        preset: None,
     })
 }
 
