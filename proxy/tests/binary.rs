@@ -180,3 +180,52 @@ async fn active_leases_and_their_generations_survive_kill_9() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.headers.get("x-ferroute-selected-connection-id").and_then(|v| v.to_str().ok()), Some("c0"));
 }
+
+/// `GET /livez` and `GET /readyz` answer without a key; on SIGTERM readiness turns off first,
+/// requests are still taken for `unready_delay_ms`, and only then does the listener close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_answer_without_a_key_and_readiness_goes_off_before_the_listener_closes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = format!("[server]\ndata_dir = \"{}\"\nunready_delay_ms = 1500\n", dir.path().join("data").display());
+    let cfg_path = dir.path().join("ferroute.toml");
+    std::fs::write(&cfg_path, cfg).expect("write config");
+    let mut p = spawn(&["--config", &cfg_path.display().to_string()], dir.path()).await;
+    let get = |path: &str| {
+        let url = format!("{}{path}", p.base);
+        async move { send("GET", &url, &[], "", Duration::from_secs(5)).await }
+    };
+    let live = get("/livez").await.expect("livez");
+    assert_eq!((live.status, live.body.as_str()), (200, r#"{"status":"live"}"#));
+    let ready = get("/readyz").await.expect("readyz");
+    assert_eq!((ready.status, ready.body.as_str()), (200, r#"{"status":"ready"}"#));
+    let pid = p.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    // Readiness is off while the listener still answers.
+    let mut unready_seen = false;
+    for _ in 0..40 {
+        match get("/readyz").await {
+            Ok(r) if r.status == 503 => {
+                assert!(r.body.contains("shutting down"), "{}", r.body);
+                assert_eq!(get("/livez").await.expect("still live").status, 200);
+                assert_eq!(chat_at(&p.base, "demo/echo").await.status, 200, "requests are still taken");
+                unready_seen = true;
+                break;
+            }
+            Ok(r) => assert_eq!(r.status, 200, "{}", r.body),
+            Err(e) => panic!("the listener closed before readiness went off: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(unready_seen, "readiness never went off");
+    // Then the listener closes and the process exits cleanly.
+    let mut exited = None;
+    for _ in 0..200 {
+        if let Ok(Some(s)) = p.child.try_wait() {
+            exited = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    assert!(get("/livez").await.is_err(), "the listener is closed");
+}

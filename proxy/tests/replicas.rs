@@ -281,3 +281,36 @@ async fn session_pins_and_the_emergency_switch_are_shared() {
     let hc = wait_for(&c.base, "C loads the switch", |h| h["emergency_fallback"]["enabled"] == true).await;
     assert_eq!(hc["session_pins"], 3, "and the pins: {hc}");
 }
+
+/// A replica is ready only once it has joined the shared state: started while Redis is down it
+/// answers `/readyz` 503 (and says why), then 200 once Redis is up and joined; losing Redis
+/// afterwards does not make it unready (it serves on local state on purpose).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_the_shared_state_to_be_joined() {
+    let Some(mut redis) = Redis::start().await else { return };
+    redis.kill();
+    let (up, _script) = upstream(script()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a.toml");
+    std::fs::write(&path, config(dir.path(), up, &["k1"], 3, &redis.url(), "ready", "a")).expect("write config");
+    let p = spawn(&["--config", &path.display().to_string()], dir.path()).await;
+    let url = format!("{}/readyz", p.base);
+    let readyz = || send("GET", &url, &[], "", Duration::from_secs(5));
+    let r = readyz().await.expect("readyz");
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("has not been joined yet"), "{}", r.body);
+    assert_eq!(
+        send("GET", &format!("{}/livez", p.base), &[], "", Duration::from_secs(5)).await.expect("livez").status,
+        200
+    );
+    redis.restart().await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while readyz().await.expect("readyz").status != 200 {
+        assert!(Instant::now() < deadline, "not ready 15 s after Redis came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    redis.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = readyz().await.expect("readyz");
+    assert_eq!(r.status, 200, "serving on local state after the loss is deliberate: {}", r.body);
+}

@@ -41,6 +41,11 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
         "/v1/responses" => Some(ClientApi::Responses),
         _ => None,
     };
+    match req.uri().path() {
+        "/livez" => return probe(true, Vec::new()),
+        "/readyz" => return probe(false, not_ready(serving)),
+        _ => {}
+    }
     if let Some(call) = gemini {
         // Boxed, as every path rarer than the request path is: an async fn's future is as
         // large as its largest path, and the request path's is moved into place per request.
@@ -62,6 +67,31 @@ pub async fn route<C: Connect + Clone + Send + Sync + 'static>(
     }
     // Boxed, as every path rarer than the request path is (see `google` above).
     Box::pin(operator(serving, gw, req, method)).await
+}
+
+/// Why the gateway should not be sent requests now (none: ready). The config is loaded and the
+/// store opened by the time anything is served; what can still be missing is the shared store
+/// (not joined yet since start) and the will to serve (shutdown has begun).
+fn not_ready<C: Connect + Clone + Send + Sync + 'static>(serving: &Serving<C>) -> Vec<&'static str> {
+    let mut why = Vec::new();
+    if serving.draining() {
+        why.push("shutting down");
+    }
+    if serving.current().replicas().is_some_and(|r| !r.stats().joined()) {
+        why.push("the shared state store has not been joined yet");
+    }
+    why
+}
+
+/// `GET /livez` (the process answers) or `GET /readyz` (`why` it is not ready, if anything):
+/// no key needed, a few bytes.
+fn probe(live: bool, why: Vec<&'static str>) -> Response<Body> {
+    let body = match (live, why.is_empty()) {
+        (true, _) => serde_json::json!({"status": "live"}),
+        (false, true) => serde_json::json!({"status": "ready"}),
+        (false, false) => serde_json::json!({"status": "not_ready", "reasons": why}),
+    };
+    crate::edge::errors::json_response(if live || why.is_empty() { 200 } else { 503 }, body.to_string())
 }
 
 /// Every endpoint but the APIs' requests: models, health, metrics, the operator's API and
@@ -203,10 +233,23 @@ where
         let serving = Arc::clone(&serving);
         tokio::spawn(crate::sessions::refresh::run(move || serving.current()))
     };
+    // Once shutdown begins, readiness is off, and requests are still taken for
+    // `unready_delay_ms` (a load balancer stops sending), then the listener closes.
+    let closing = tokio::time::sleep(Duration::from_secs(100 * 365 * 86_400));
+    tokio::pin!(closing);
     loop {
         tokio::select! {
             biased;
-            () = &mut shutdown => break,
+            () = &mut shutdown, if !serving.draining() => {
+                serving.drain();
+                let delay = Duration::from_millis(serving.current().config.server.unready_delay_ms);
+                if delay.is_zero() {
+                    break;
+                }
+                tracing::info!(delay_ms = delay.as_millis() as u64, "shutting down: readiness off, still taking requests");
+                closing.as_mut().reset(tokio::time::Instant::now() + delay);
+            }
+            () = &mut closing => break,
             accepted = listener.accept() => {
                 let (io, peer) = match accepted {
                     Ok(x) => x,

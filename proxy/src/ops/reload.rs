@@ -31,6 +31,8 @@ pub struct Serving<C> {
     reloading: Mutex<()>,
     /// The operator's runtime overrides of `[resilience]` (see [`crate::ops::settings`]).
     pub(super) overrides: Mutex<crate::ops::overrides::Overrides>,
+    /// Set once shutdown began: readiness is off from then on.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 /// What a reload changed, by id.
@@ -74,6 +76,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
             loader,
             reloading: Mutex::new(()),
             overrides: Mutex::new(overrides),
+            draining: std::sync::atomic::AtomicBool::new(false),
         });
         // Stored overrides apply from the start, over the file's settings.
         let mut config = gw.config.clone();
@@ -81,6 +84,16 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
             serving.install(gw.successor(config));
         }
         serving
+    }
+
+    /// Turns readiness off for good: shutdown has begun.
+    pub fn drain(&self) {
+        self.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether shutdown has begun.
+    pub fn draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The runtime overrides (one lock; held only to read or replace them).

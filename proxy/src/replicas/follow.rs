@@ -211,6 +211,7 @@ where
     me.publish(mine, wall);
     crate::sessions::refresh_shared::seed(&gw, me.tokens()).await;
     me.stats.reachable.store(true, Ordering::Relaxed);
+    me.stats.joined.store(true, Ordering::Relaxed);
     *backoff = Duration::from_millis(100);
     if *lost_since_warned {
         tracing::info!(loaded, "shared state store reachable again; resynchronised");

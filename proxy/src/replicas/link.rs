@@ -35,6 +35,7 @@ impl Envelope {
 #[derive(Debug, Default)]
 pub struct ReplicaStats {
     pub(super) reachable: AtomicBool,
+    pub(super) joined: AtomicBool,
     pub(super) published: AtomicU64,
     pub(super) applied: AtomicU64,
     pub(super) errors: AtomicU64,
@@ -45,6 +46,11 @@ impl ReplicaStats {
     /// Whether the store answered last time it was asked.
     pub fn reachable(&self) -> bool {
         self.reachable.load(Ordering::Relaxed)
+    }
+    /// Whether this replica has joined the store since it started (it then serves on, locally,
+    /// should the store be lost).
+    pub fn joined(&self) -> bool {
+        self.joined.load(Ordering::Relaxed)
     }
     /// Changes this replica published.
     pub fn published(&self) -> u64 {
