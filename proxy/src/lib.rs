@@ -99,17 +99,22 @@ where
     Ok(())
 }
 
-/// The production connector: HTTP and HTTPS (rustls on the ring provider, with the webpki
-/// roots, so no system certificate store is needed). The provider is named explicitly: when
-/// another crate in the build enables rustls's aws-lc-rs feature too, rustls cannot pick one
-/// by itself and would panic.
-pub fn https_connector()
--> anyhow::Result<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>> {
+/// The production connector: HTTP and HTTPS (rustls on the ring provider), trusting the
+/// authorities `[server] tls_roots` and `extra_ca` name (and `SSL_CERT_FILE`'s; see
+/// [`state::trust`]). The provider is named explicitly: when another crate in the build enables
+/// rustls's aws-lc-rs feature too, rustls cannot pick one by itself and would panic.
+pub fn https_connector(
+    server: &config::ServerConfig,
+) -> anyhow::Result<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>> {
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(std::time::Duration::from_secs(10)));
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    let ssl_cert_file = std::env::var("SSL_CERT_FILE").ok();
+    let (roots, notes) = state::trust::roots(server, ssl_cert_file.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for note in notes {
+        tracing::warn!("{note}");
+    }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| anyhow::anyhow!("TLS setup failed: {e}"))?
@@ -126,6 +131,6 @@ pub fn https_connector()
 mod tests {
     #[test]
     fn the_https_connector_builds_whatever_rustls_features_are_unified() {
-        assert!(super::https_connector().is_ok());
+        assert!(super::https_connector(&crate::config::ServerConfig::default()).is_ok());
     }
 }

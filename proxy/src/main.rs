@@ -285,7 +285,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         system_wall_ms(),
     )
     .map_err(|e| anyhow::anyhow!("[telemetry]: {e}"))?;
-    let gw = build(config, https_connector()?, Persistence::Dir(data_dir.clone()), system_wall_ms(), system_wall_ms())
+    let connector = https_connector(&config.server)?;
+    let gw = build(config, connector, Persistence::Dir(data_dir.clone()), system_wall_ms(), system_wall_ms())
         .with_context(|| format!("cannot open the state store in {}", data_dir.display()))?;
     if let Some(t) = telemetry {
         let _ = gw.telemetry.set(Arc::new(t));

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
-pub use server::{DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, ServerConfig};
+pub use server::{DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, ServerConfig, TlsRoots};
 
 /// `[[keys]]`: a client key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -32,6 +32,25 @@ pub struct ServerConfig {
     /// On SIGTERM, how long `GET /readyz` answers 503 while requests are still taken, before
     /// the listener closes: the time a load balancer needs to stop sending (0 by default).
     pub unready_delay_ms: u64,
+    /// Which certificate authorities upstream TLS trusts: `bundled` (the webpki roots built
+    /// in), `system` (the operating system's store) or `both` (the default).
+    pub tls_roots: TlsRoots,
+    /// A PEM file of more certificate authorities to trust (a private CA, a TLS-inspecting
+    /// proxy's); `SSL_CERT_FILE` adds one too.
+    pub extra_ca: Option<String>,
+}
+
+/// `[server] tls_roots`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsRoots {
+    /// The webpki roots built into the binary.
+    Bundled,
+    /// The operating system's certificate store.
+    System,
+    /// Both.
+    #[default]
+    Both,
 }
 
 impl Default for ServerConfig {
@@ -48,6 +67,8 @@ impl Default for ServerConfig {
             // client trickling its body must not hold a task forever.
             body_read_timeout_ms: 60_000,
             unready_delay_ms: 0,
+            tls_roots: TlsRoots::Both,
+            extra_ca: None,
         }
     }
 }

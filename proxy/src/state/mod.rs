@@ -1,7 +1,8 @@
 //! The gateway's shared state: the [`gateway`] itself (one config, the core engine behind one
 //! lock, the admission queues, the upstream client), where state is persisted ([`store`],
 //! SQLite), the [`clock`] (simulated under the simulation), the event log of the core's
-//! changes, the operator's [`feed`] of them, the dashboard's [`history`], [`metrics`], and the [`interleave`] points the simulation may pause at.
+//! changes, the operator's [`feed`] of them, the dashboard's [`history`], [`metrics`], the certificate authorities upstream TLS
+//! [`trust`]s, and the [`interleave`] points the simulation may pause at.
 //!
 //! Imports [`crate::config`], the prepared endpoints and resolved targets of
 //! [`crate::request`], and the replica link ([`crate::replicas::link`]) it publishes changes
@@ -15,3 +16,4 @@ pub mod history;
 pub mod interleave;
 pub mod metrics;
 pub mod store;
+pub mod trust;
