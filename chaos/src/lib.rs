@@ -5,7 +5,9 @@
 
 pub mod binary;
 pub mod client;
+pub mod proxies;
 pub mod redis;
+pub mod tls;
 
 use scenarios::Toxic;
 use std::io;

@@ -31,6 +31,7 @@ pub mod translate;
 use crate::config::Config;
 use crate::state::clock::Clock;
 use crate::state::gateway::Gateway;
+pub use crate::state::gateway::outbound::Egress;
 use crate::state::store::Store;
 use hyper_util::client::legacy::connect::Connect;
 pub use scenarios::net::Listener;
@@ -58,7 +59,7 @@ pub struct ServeOptions<S> {
 }
 
 /// Builds the gateway (restoring persisted state) without serving it.
-pub fn build<C: Connect + Clone + Send + Sync + 'static>(
+pub fn build<C: Connect + Egress + Send + Sync + 'static>(
     config: Config,
     connector: C,
     persistence: Persistence,
@@ -69,7 +70,7 @@ pub fn build<C: Connect + Clone + Send + Sync + 'static>(
 }
 
 /// Builds the gateway with an observer of everything it does (used by the simulation).
-pub fn build_observed<C: Connect + Clone + Send + Sync + 'static>(
+pub fn build_observed<C: Connect + Egress + Send + Sync + 'static>(
     config: Config,
     connector: C,
     persistence: Persistence,
@@ -91,7 +92,7 @@ pub fn build_observed<C: Connect + Clone + Send + Sync + 'static>(
 pub async fn serve<L, C, S>(config: Config, listener: L, connector: C, opts: ServeOptions<S>) -> anyhow::Result<()>
 where
     L: Listener,
-    C: Connect + Clone + Send + Sync + 'static,
+    C: Connect + Egress + Send + Sync + 'static,
     S: Future<Output = ()>,
 {
     let gw = build(config, connector, opts.persistence, opts.wall_start_ms, opts.seed)?;
@@ -99,38 +100,7 @@ where
     Ok(())
 }
 
-/// The production connector: HTTP and HTTPS (rustls on the ring provider), trusting the
-/// authorities `[server] tls_roots` and `extra_ca` name (and `SSL_CERT_FILE`'s; see
-/// [`state::trust`]). The provider is named explicitly: when another crate in the build enables
-/// rustls's aws-lc-rs feature too, rustls cannot pick one by itself and would panic.
-pub fn https_connector(
-    server: &config::ServerConfig,
-) -> anyhow::Result<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>> {
-    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(std::time::Duration::from_secs(10)));
-    let ssl_cert_file = std::env::var("SSL_CERT_FILE").ok();
-    let (roots, notes) = state::trust::roots(server, ssl_cert_file.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    for note in notes {
-        tracing::warn!("{note}");
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| anyhow::anyhow!("TLS setup failed: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_https_connector_builds_whatever_rustls_features_are_unified() {
-        assert!(super::https_connector(&crate::config::ServerConfig::default()).is_ok());
-    }
+/// The production connector (see [`state::connector`]).
+pub fn https_connector(server: &config::ServerConfig) -> anyhow::Result<state::connector::Upstream> {
+    state::connector::Upstream::new(server).map_err(|e| anyhow::anyhow!("{e}"))
 }

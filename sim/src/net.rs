@@ -67,6 +67,13 @@ impl Connection for SimStream {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SimConnector;
 
+/// The simulated network has no proxies: every connection goes straight to its host.
+impl proxy::Egress for SimConnector {
+    fn via(&self, _via: &proxy::state::outbound::Via) -> Self {
+        SimConnector
+    }
+}
+
 impl tower_service::Service<Uri> for SimConnector {
     type Response = TokioIo<SimStream>;
     type Error = io::Error;

@@ -7,88 +7,18 @@
 
 mod common;
 
+use chaos::tls::Ca;
 use common::{Reply, send, upstream};
-use hyper_util::client::legacy::connect::HttpConnector;
 use proxy::config::{Config, ServerConfig, TlsRoots};
 use proxy::{Persistence, build, https_connector};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, date_time_ymd};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use scenarios::net::Listener;
-use scenarios::{Behaviour, Script, ScriptedUpstream, serve_upstream};
-use std::io;
+use scenarios::{Behaviour, Script, ScriptedUpstream};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio_rustls::TlsAcceptor;
-
-/// A private CA.
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().expect("key");
-        Ca { issuer: CertifiedIssuer::self_signed(params, key).expect("CA") }
-    }
-
-    /// A server certificate for `names`, valid until `until` (year).
-    fn leaf(&self, names: &[&str], until: i32) -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
-        let mut params =
-            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).expect("params");
-        params.not_before = date_time_ymd(2020, 1, 1);
-        params.not_after = date_time_ymd(until, 1, 1);
-        let key = KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, &self.issuer).expect("signed");
-        (cert.der().clone(), PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
-    }
-}
-
-/// A TCP listener that does the server's TLS handshake (or, with no acceptor, hangs up as soon
-/// as the client has sent its hello).
-struct TlsListener {
-    tcp: tokio::net::TcpListener,
-    acceptor: Option<TlsAcceptor>,
-}
-
-impl Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-
-    async fn accept(&mut self) -> io::Result<(Self::Io, SocketAddr)> {
-        let (mut s, peer) = self.tcp.accept().await?;
-        let Some(acceptor) = &self.acceptor else {
-            use tokio::io::AsyncReadExt as _;
-            let mut hello = [0u8; 64];
-            let _ = s.read(&mut hello).await;
-            drop(s);
-            return Err(io::Error::other("hung up mid-handshake on purpose"));
-        };
-        Ok((acceptor.accept(s).await?, peer))
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.tcp.local_addr()
-    }
-}
 
 /// An echoing upstream served over TLS with `leaf` (or hanging up mid-handshake).
-async fn tls_upstream(leaf: Option<(CertificateDer<'static>, PrivateKeyDer<'static>)>) -> SocketAddr {
-    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = tcp.local_addr().expect("addr");
-    let acceptor = leaf.map(|(cert, key)| {
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![cert], key)
-            .expect("server config");
-        TlsAcceptor::from(Arc::new(config))
-    });
-    let script = Arc::new(ScriptedUpstream::new().route("m", Script::always(Behaviour::echo())));
-    tokio::spawn(serve_upstream(TlsListener { tcp, acceptor }, script));
-    addr
+async fn tls_echo(leaf: Option<chaos::tls::Leaf>) -> SocketAddr {
+    chaos::tls::tls_upstream(leaf, Arc::new(ScriptedUpstream::new().route("m", Script::always(Behaviour::echo()))))
+        .await
 }
 
 /// A gateway on the production connector: provider `tls` at `https://{host}:{port}` first, a
@@ -123,7 +53,7 @@ async fn chat(addr: SocketAddr) -> Reply {
     .await
 }
 
-type Https = proxy::state::gateway::Gateway<hyper_rustls::HttpsConnector<HttpConnector>>;
+type Https = proxy::state::gateway::Gateway<proxy::state::connector::Upstream>;
 
 /// The TLS connection's last error, as the dashboard shows it.
 fn last_error(gw: &Https) -> String {
@@ -132,7 +62,7 @@ fn last_error(gw: &Https) -> String {
 
 fn with_ca(ca: &Ca, dir: &std::path::Path) -> ServerConfig {
     let path = dir.join("private-ca.pem");
-    std::fs::write(&path, ca.issuer.pem()).expect("CA file");
+    std::fs::write(&path, ca.pem()).expect("CA file");
     ServerConfig { tls_roots: TlsRoots::Bundled, extra_ca: Some(path.display().to_string()), ..ServerConfig::default() }
 }
 
@@ -144,7 +74,7 @@ async fn a_certificate_of_the_extra_ca_serves_and_each_bad_one_is_a_named_transp
     let trusting = with_ca(&ca, dir.path());
 
     // Trusted through extra_ca: served by the TLS upstream itself.
-    let good = tls_upstream(Some(ca.leaf(&["localhost", "127.0.0.1"], 4000))).await;
+    let good = tls_echo(Some(ca.leaf(&["localhost", "127.0.0.1"], 4000))).await;
     let (gw, _g) = gateway(trusting.clone(), "localhost", good.port(), plain.addr).await;
     let r = chat(gw).await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -159,7 +89,7 @@ async fn a_certificate_of_the_extra_ca_serves_and_each_bad_one_is_a_named_transp
     assert!(said.contains("UnknownIssuer"), "the reason is named: {said}");
 
     // A certificate for another host.
-    let other = tls_upstream(Some(ca.leaf(&["upstream.example"], 4000))).await;
+    let other = tls_echo(Some(ca.leaf(&["upstream.example"], 4000))).await;
     let (gw, g) = gateway(trusting.clone(), "localhost", other.port(), plain.addr).await;
     let r = chat(gw).await;
     assert_eq!(r.header("x-ferroute-selected-connection-id"), Some("p1"), "{r:?}");
@@ -167,7 +97,7 @@ async fn a_certificate_of_the_extra_ca_serves_and_each_bad_one_is_a_named_transp
     assert!(said.contains("not valid for name \"localhost\""), "{said}");
 
     // An expired certificate.
-    let expired = tls_upstream(Some(ca.leaf(&["localhost"], 2021))).await;
+    let expired = tls_echo(Some(ca.leaf(&["localhost"], 2021))).await;
     let (gw, g) = gateway(trusting.clone(), "localhost", expired.port(), plain.addr).await;
     let r = chat(gw).await;
     assert_eq!(r.header("x-ferroute-selected-connection-id"), Some("p1"), "{r:?}");
@@ -175,7 +105,7 @@ async fn a_certificate_of_the_extra_ca_serves_and_each_bad_one_is_a_named_transp
     assert!(said.contains("expired"), "{said}");
 
     // A server that hangs up after the client's hello.
-    let rude = tls_upstream(None).await;
+    let rude = tls_echo(None).await;
     let (gw, g) = gateway(trusting, "localhost", rude.port(), plain.addr).await;
     let r = chat(gw).await;
     assert_eq!(r.header("x-ferroute-selected-connection-id"), Some("p1"), "{r:?}");

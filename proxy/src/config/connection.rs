@@ -39,6 +39,10 @@ pub struct ConnectionConfig {
     /// A subscription account signed in with OAuth, instead of an `api_key`.
     #[serde(default)]
     pub oauth: Option<OAuthConfig>,
+    /// The egress proxy this connection's requests leave through, instead of its provider's
+    /// (`http://[user:pass@]host:port`, `socks5://…`, `socks5h://…`, `env:NAME`, or `none`).
+    #[serde(default)]
+    pub proxy: Option<String>,
 }
 
 /// `[connections.usage_limit]`: what a Claude subscription's usage-limit 429 may trigger.

@@ -37,6 +37,7 @@ pub(super) fn parts() -> (Vec<ProviderConfig>, Vec<ConnectionConfig>, RawCombo) 
         egress_ip_lock: false,
         quota_families: BTreeMap::new(),
         daily_quota_reset: None,
+        proxy: None,
     };
     let connection = |id: &str, provider: &str| ConnectionConfig {
         id: id.into(),
@@ -49,6 +50,7 @@ pub(super) fn parts() -> (Vec<ProviderConfig>, Vec<ConnectionConfig>, RawCombo) 
         egress_ip: None,
         usage_limit: None,
         oauth: None,
+        proxy: None,
     };
     let providers = vec![
         provider(PROVIDER, Format::Openai, &["echo", "tools"]),

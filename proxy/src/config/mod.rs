@@ -166,6 +166,7 @@ impl Config {
             .enumerate()
             .map(|(i, c)| ConnectionConfig {
                 api_key: c.api_key.as_deref().and_then(|k| resolve(format!("connections[{i}].api_key"), k)),
+                proxy: c.proxy.as_deref().and_then(|v| resolve(format!("connections[{i}].proxy"), v)),
                 oauth: c.oauth.as_ref().map(|o| OAuthConfig {
                     access_token: resolve(format!("connections[{i}].oauth.access_token"), &o.access_token)
                         .unwrap_or_default(),
@@ -174,6 +175,14 @@ impl Config {
                     ..o.clone()
                 }),
                 ..c.clone()
+            })
+            .collect();
+        let providers: Vec<ProviderConfig> = std::mem::take(&mut raw.providers)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| ProviderConfig {
+                proxy: p.proxy.as_deref().and_then(|v| resolve(format!("providers[{i}].proxy"), v)),
+                ..p
             })
             .collect();
         let state = StateConfig {
@@ -194,7 +203,7 @@ impl Config {
         let mut config = Config {
             server: ServerConfig { admin_key, secret_key, ..raw.server },
             keys,
-            providers: raw.providers,
+            providers,
             connections,
             combos,
             emergency_fallback: raw.emergency_fallback,
@@ -288,6 +297,9 @@ impl Config {
 
     /// Connection `i` (its id's uniqueness is checked by the caller).
     fn validate_connection(&self, i: usize, c: &ConnectionConfig, errors: &mut Vec<FieldError>) {
+        if let Some(Err(e)) = c.proxy.as_deref().map(proxy::Via::parse) {
+            errors.push(err(format!("connections[{i}].proxy"), e));
+        }
         let f = |x: &str| format!("connections[{i}].{x}");
         if c.id.trim().is_empty() {
             errors.push(err(f("id"), "must not be empty"));
@@ -435,6 +447,7 @@ mod error;
 mod index;
 pub mod oauth;
 mod provider;
+pub mod proxy;
 mod recording;
 mod server;
 mod state;

@@ -55,6 +55,11 @@ pub struct ProviderConfig {
     /// Gemini's daily quotas at midnight Pacific), `UTC` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daily_quota_reset: Option<String>,
+    /// The egress proxy its connections' requests leave through (`http://[user:pass@]host:port`,
+    /// `socks5://…`, `socks5h://…`, `env:NAME`, or `none`); without one, `[server]
+    /// proxy_from_env` decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
 }
 
 fn default_format() -> Format {
@@ -120,6 +125,9 @@ pub(super) fn validate(providers: &[ProviderConfig], errors: &mut Vec<FieldError
                 "is required (only a provider whose connections use an OAuth preset has a default)",
             )),
             _ => errors.push(err(f("base_url"), format!("{:?} is not an http(s) URL", p.base_url))),
+        }
+        if let Some(Err(e)) = p.proxy.as_deref().map(super::proxy::Via::parse) {
+            errors.push(err(f("proxy"), e));
         }
         if let Some(cs) = &p.connection_strategy {
             match Strategy::parse(cs) {

@@ -38,6 +38,10 @@ pub struct ServerConfig {
     /// A PEM file of more certificate authorities to trust (a private CA, a TLS-inspecting
     /// proxy's); `SSL_CERT_FILE` adds one too.
     pub extra_ca: Option<String>,
+    /// Whether connections without a `proxy` of their own or their provider's leave through
+    /// the proxy `HTTPS_PROXY`, `HTTP_PROXY` or `ALL_PROXY` names, except for hosts `NO_PROXY`
+    /// lists (upper or lower case, as curl reads them).
+    pub proxy_from_env: bool,
 }
 
 /// `[server] tls_roots`.
@@ -69,6 +73,7 @@ impl Default for ServerConfig {
             unready_delay_ms: 0,
             tls_roots: TlsRoots::Both,
             extra_ca: None,
+            proxy_from_env: true,
         }
     }
 }

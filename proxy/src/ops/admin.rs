@@ -59,11 +59,13 @@ pub async fn health<C: Connect + Clone + Send + Sync + 'static>(
             .config
             .connections
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(i, c)| {
                 let s = e.connection(&c.id);
                 let mut j = serde_json::json!({
                     "id": c.id,
                     "provider": c.provider,
+                    "proxy": gw.route_shown(i),
                     "status": s.status(now).as_str(),
                     "rate_limited_until": s.rate_limited_until(now).map(|u| rfc3339(gw.clock.wall_ms(u))),
                     "backoff_level": s.backoff_level(),

@@ -119,7 +119,7 @@ async fn counted_upstream<C: Connect + Clone + Send + Sync + 'static>(
     let req = req.body(Full::new(Bytes::from(body.to_string()))).ok()?;
     let budget = Duration::from_millis(gw.config.server.body_read_timeout_ms.max(1));
     let answer = async {
-        let resp = gw.client.request(req).await.map_err(|e| e.to_string())?;
+        let resp = gw.client_for(target.connection).request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
         // A count is a few bytes: a larger answer is no count.
         let bytes =

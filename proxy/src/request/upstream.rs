@@ -298,7 +298,7 @@ async fn send<C: Connect + Clone + Send + Sync + 'static>(
         },
     );
     let deadline = crate::state::clock::deadline(clock.first_send, clock.budget);
-    let result = tokio::time::timeout_at(deadline, gw.client.request(req)).await;
+    let result = tokio::time::timeout_at(deadline, gw.client_for(attempt.target.connection).request(req)).await;
     gw.metrics.upstream_latency(&provider.id, seconds_since(started, gw.clock.now()));
     match result {
         Ok(Ok(r)) => Ok((r, started)),

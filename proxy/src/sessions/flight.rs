@@ -27,7 +27,7 @@ pub(crate) async fn present<C: Connect + Clone + Send + Sync + 'static>(
     {
         return Reply::Retry(format!("the refresh could not be written down first ({e}); nothing was presented"));
     }
-    let reply = ask(gw, o, &ticket.refresh_token).await;
+    let reply = ask(gw, connection, o, &ticket.refresh_token).await;
     if matches!(reply, Reply::Retry(_) | Reply::Refused(_))
         && let Some(store) = gw.store.as_deref()
         && let Err(e) = store.end_flight(connection, generation)

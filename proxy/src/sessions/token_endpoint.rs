@@ -81,9 +81,11 @@ enum Exchange {
     Lost(String),
 }
 
-/// Presents `refresh_token` to `o`'s token endpoint once.
+/// Presents `refresh_token` to `o`'s token endpoint once (through `connection`'s proxy, if
+/// it has one).
 pub async fn ask<C: Connect + Clone + Send + Sync + 'static>(
     gw: &Gateway<C>,
+    connection: &str,
     o: &OAuthConfig,
     refresh_token: &str,
 ) -> Reply {
@@ -104,7 +106,8 @@ pub async fn ask<C: Connect + Clone + Send + Sync + 'static>(
         Err(e) => return Reply::Refused(format!("the token request cannot be built: {e}")),
     };
     // On its own task, so that an answer later than the timeout is still read and taken.
-    let client = gw.client.clone();
+    let i = gw.config.connections.iter().position(|c| c.id == connection);
+    let client = i.map_or(&gw.client, |i| gw.client_for(i)).clone();
     let clock = gw.clock;
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {

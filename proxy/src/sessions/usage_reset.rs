@@ -66,7 +66,9 @@ async fn call<C: Connect + Clone + Send + Sync + 'static>(
     let req = b.body(Full::new(Bytes::from(body.unwrap_or_default()))).ok()?;
     let limit = deadline.saturating_duration_since(gw.clock.now()).min(CALL_TIMEOUT);
     let fetch = async {
-        let resp = gw.client.request(req).await.ok()?;
+        let i = gw.config.connections.iter().position(|c| c.id == connection.id);
+        let client = i.map_or(&gw.client, |i| gw.client_for(i));
+        let resp = client.request(req).await.ok()?;
         if !resp.status().is_success() {
             tracing::info!(connection = %connection.id, status = resp.status().as_u16(), %url, "usage limit: endpoint answered with an error");
             return None;

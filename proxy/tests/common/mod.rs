@@ -26,11 +26,18 @@ impl Drop for Proc {
 /// Starts ferroute on an ephemeral port (`--listen 127.0.0.1:0`) and reads the address it
 /// announces on stdout, so concurrent tests never race for a port.
 pub async fn spawn(args: &[&str], cwd: &std::path::Path) -> Proc {
+    spawn_with_env(args, cwd, &[]).await
+}
+
+/// The same with `env` set for the process.
+#[allow(dead_code)] // not every test binary sets variables
+pub async fn spawn_with_env(args: &[&str], cwd: &std::path::Path, env: &[(&str, &str)]) -> Proc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferroute"))
         .args(args)
         .args(["--listen", "127.0.0.1:0"])
         .current_dir(cwd)
         .env("FERROUTE_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

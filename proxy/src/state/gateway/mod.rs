@@ -11,10 +11,11 @@ use crate::sessions::accounts::Accounts;
 use crate::sessions::sealed::Sealer;
 use crate::state::clock::Clock;
 use crate::state::metrics::Metrics;
+use crate::state::outbound as outbound_via;
 use crate::state::store::{PinWrite, Store, StoreError};
 use bytes::Bytes;
 use ferroute_core::admission::AdmissionQueue;
-use ferroute_core::engine::{Engine, Event, OutcomeKind, Slot, Strategy};
+use ferroute_core::engine::{Engine, Event, Slot, Strategy};
 use ferroute_core::session::PinEvent;
 use ferroute_core::usage_limit::LaneChange;
 use http_body_util::Full;
@@ -32,76 +33,7 @@ pub type UpstreamClient<C> = HyperClient<C, Full<Bytes>>;
 /// The store key of the emergency switch (M16).
 pub const EMERGENCY_SETTING: &str = "emergency_fallback.enabled";
 
-/// Something the gateway did, as an observer (the simulation's checkers) sees it.
-#[derive(Debug)]
-pub enum Observed<'a> {
-    /// A state change in the core.
-    Core(&'a Event),
-    /// A request is about to be sent to this provider and connection.
-    Dispatch {
-        /// Provider id.
-        provider: &'a str,
-        /// Connection id.
-        connection: &'a str,
-        /// The model sent upstream.
-        model: &'a str,
-        /// The client request it belongs to (a number unique in this process).
-        request: u64,
-        /// Its round: 0, then one more after each cooldown wait or the emergency switch.
-        round: u32,
-        /// Sent again within the same attempt (the M4 lane), not a new attempt.
-        resend: bool,
-    },
-    /// The engine's `select` picked this target for a request (before the re-check that
-    /// guards the send; see [`Observed::Dispatch`] for what was sent).
-    Pick {
-        /// Provider id.
-        provider: &'a str,
-        /// Connection id.
-        connection: &'a str,
-        /// The model.
-        model: &'a str,
-        /// The client request it belongs to.
-        request: u64,
-    },
-    /// An attempt's outcome is about to be recorded, as its raw status or error says (before
-    /// any classification).
-    Outcome {
-        /// Provider id.
-        provider: &'a str,
-        /// Connection id.
-        connection: &'a str,
-        /// What kind of outcome.
-        kind: OutcomeKind,
-    },
-    /// A combo request waits for a cooldown before dispatching its set again (M8).
-    ComboWait {
-        /// The combo.
-        combo: &'a str,
-        /// How long.
-        wait: Duration,
-    },
-    /// A stream relay started.
-    StreamStarted,
-    /// A stream relay finalised (must happen exactly once per stream).
-    StreamFinalized,
-    /// Other replicas' changes are about to be applied: what changes now is their doing.
-    Peers {
-        /// How many changes.
-        changes: usize,
-    },
-    /// Something happened to an OAuth account's tokens: `refreshed`, `taken` (from another
-    /// replica), `published` (late, after the store was lost), `deferred` (another replica holds
-    /// the refresh), `retry` or `refused`.
-    Tokens {
-        /// Connection id.
-        connection: &'a str,
-        /// What happened.
-        what: &'static str,
-        /// The tokens' generation afterwards.
-        generation: u64,
-    },
-}
+pub use observed::Observed;
 
 /// An observer of the gateway; called synchronously, never with a lock held.
 pub type Tap = Box<dyn Fn(Instant, Observed<'_>) + Send + Sync>;
@@ -124,8 +56,12 @@ pub struct Gateway<C> {
     pub metrics: Arc<Metrics>,
     /// The clock.
     pub clock: Clock,
-    /// The upstream client.
+    /// The upstream client of requests that belong to no connection (direct, or as the
+    /// environment's proxy variables say).
     pub client: UpstreamClient<C>,
+    /// The clients by way out, and each connection's with how it leaves (by index).
+    pool: outbound::SharedPool<C>,
+    routes: Vec<(UpstreamClient<C>, String)>,
     /// Upstream endpoints and credentials, prepared once per config.
     pub endpoints: Endpoints,
     /// Each provider's connection strategy, and whether its keys are tried in turn (by index).
@@ -175,11 +111,22 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         clock: Clock,
         seed: u64,
         tap: Option<Tap>,
-    ) -> Result<Self, StoreError> {
-        let client = HyperClient::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_timer(hyper_util::rt::TokioTimer::new())
-            .build(connector);
+    ) -> Result<Self, StoreError>
+    where
+        C: outbound::Egress,
+    {
+        let from_env = config.server.proxy_from_env;
+        let make = move |via: &outbound_via::Via| {
+            HyperClient::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .pool_timer(hyper_util::rt::TokioTimer::new())
+                .build(connector.via(via))
+        };
+        let default =
+            if from_env { outbound_via::Via::from_env(&outbound::process_env) } else { outbound_via::Via::Direct };
+        let client = make(&default);
+        let pool = Arc::new(outbound::Pool::new(Box::new(make)));
+        let routes = pool.routes(&config, &outbound::process_env);
         let mut engine = Engine::new(config.resilience.clone(), seed);
         let connection_keys = config.connections.iter().map(|c| engine.slot(&c.id)).collect();
         let emergency = std::sync::atomic::AtomicBool::new(config.emergency_fallback.enabled);
@@ -200,6 +147,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             metrics: Arc::new(Metrics::new()),
             clock,
             client,
+            pool,
+            routes,
             tap: tap.map(|t| -> SharedTap { Arc::from(t) }),
             ids: Arc::default(),
             requests: Arc::default(),
@@ -220,6 +169,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
     /// reach the engine at once; breakers, connections, lockouts, pins, queues and leases carry
     /// over by id.
     pub fn successor(&self, config: Config) -> Gateway<C> {
+        let routes = self.pool.routes(&config, &outbound::process_env);
         let connection_keys = self.with_engine(|e| {
             e.set_settings(config.resilience.clone());
             config.connections.iter().map(|c| e.slot(&c.id)).collect()
@@ -240,6 +190,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
             metrics: Arc::clone(&self.metrics),
             clock: self.clock,
             client: self.client.clone(),
+            routes,
+            pool: Arc::clone(&self.pool),
             tap: self.tap.clone(),
             ids: Arc::clone(&self.ids),
             requests: Arc::clone(&self.requests),
@@ -495,5 +447,7 @@ struct QueueEntry {
 }
 
 mod candidates;
+mod observed;
+pub mod outbound;
 pub mod queues;
 mod shared;

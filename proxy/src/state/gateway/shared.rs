@@ -20,6 +20,17 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
         self.replicas.get()
     }
 
+    /// The client connection `connection`'s requests go through (its proxy's, if any).
+    pub fn client_for(&self, connection: usize) -> &super::UpstreamClient<C> {
+        self.routes.get(connection).map_or(&self.client, |(c, _)| c)
+    }
+
+    /// How connection `connection` leaves (`none`, a proxy with its password masked, or `from
+    /// the environment`).
+    pub fn route_shown(&self, connection: usize) -> &str {
+        self.routes.get(connection).map_or("none", |(_, s)| s.as_str())
+    }
+
     /// Applies other replicas' changes (already aged for their transit), then settles: what
     /// they change is logged and persisted like a local change, and never shared back.
     pub fn apply_shared(&self, changes: impl IntoIterator<Item = SharedChange>) {

@@ -1,0 +1,130 @@
+//! How a connection's upstream requests leave: directly, through an HTTP proxy (a `CONNECT`
+//! tunnel, TLS to the upstream inside it) or a SOCKS5 proxy, as the connection's or its
+//! provider's `proxy` says, else as `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY`
+//! say (`[server] proxy_from_env`). The tunnels are hyper-util's own (`Tunnel`, `SocksV5`).
+
+use crate::config::Config;
+pub use crate::config::proxy::{Via, mask};
+use http::Uri;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::proxy::{SocksV5, Tunnel};
+use hyper_util::rt::TokioIo;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tower_service::Service;
+
+/// The error of a connection attempt.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Via {
+    /// What `dst` goes through: `Env` resolved for it.
+    fn resolve(&self, dst: &Uri) -> Via {
+        let Via::Env(m) = self else { return self.clone() };
+        let Some(i) = m.intercept(dst) else { return Via::Direct };
+        let shown = mask(&i.uri().to_string());
+        let bare = || i.uri().clone();
+        match i.uri().scheme_str() {
+            Some(s @ ("socks5" | "socks5h")) => Via::Socks {
+                proxy: bare(),
+                auth: i.raw_auth().map(|(u, p)| (u.to_owned(), p.to_owned())),
+                remote_dns: s == "socks5h",
+                shown,
+            },
+            _ => Via::Http { proxy: bare(), auth: i.basic_auth().cloned(), shown },
+        }
+    }
+}
+
+/// A TCP connector that leaves as its [`Via`] says; TLS to the upstream is laid over it.
+#[derive(Clone)]
+pub struct Outbound {
+    http: HttpConnector,
+    via: Via,
+}
+
+impl Outbound {
+    /// Connections by `http`, leaving through `via`.
+    pub fn new(http: HttpConnector, via: Via) -> Self {
+        Outbound { http, via }
+    }
+}
+
+impl Service<Uri> for Outbound {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let http = self.http.clone();
+        let via = self.via.resolve(&dst);
+        Box::pin(async move {
+            match via {
+                Via::Direct | Via::Env(_) => {
+                    let mut http = http;
+                    http.call(dst).await.map_err(Into::into)
+                }
+                Via::Http { proxy, auth, shown } => {
+                    let mut t = Tunnel::new(proxy, http);
+                    if let Some(a) = auth {
+                        t = t.with_auth(a);
+                    }
+                    t.call(dst)
+                        .await
+                        .map_err(|e| format!("the proxy {shown} did not open a tunnel: {}", chain(&e)).into())
+                }
+                Via::Socks { proxy, auth, remote_dns, shown } => {
+                    let mut s = SocksV5::new(proxy, http).local_dns(!remote_dns);
+                    if let Some((u, p)) = auth {
+                        s = s.with_auth(u, p);
+                    }
+                    s.call(dst).await.map_err(|e| format!("the SOCKS5 proxy {shown} refused: {}", chain(&e)).into())
+                }
+            }
+        })
+    }
+}
+
+/// How connection `i` of `config` leaves, with `get` reading the environment.
+pub fn via_of(config: &Config, i: usize, get: &dyn Fn(&str) -> Option<String>) -> Result<Via, String> {
+    let c = &config.connections[i];
+    let provider = config.provider(&c.provider).and_then(|p| p.proxy.as_deref());
+    match c.proxy.as_deref().or(provider) {
+        Some(v) => Via::parse(v),
+        None if config.server.proxy_from_env => Ok(Via::from_env(get)),
+        None => Ok(Via::Direct),
+    }
+}
+
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut at = e.source();
+    while let Some(s) = at {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        at = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_decides_per_upstream_and_no_proxy_bypasses() {
+        let env = |name: &str| match name {
+            "https_proxy" => Some("http://proxy.corp:3128".to_owned()),
+            "NO_PROXY" => Some("internal.corp,127.0.0.1".to_owned()),
+            _ => None,
+        };
+        let via = Via::from_env(&env);
+        assert!(matches!(via.resolve(&"https://api.openai.com/v1".parse().expect("uri")), Via::Http { .. }));
+        assert!(matches!(via.resolve(&"https://llm.internal.corp/v1".parse().expect("uri")), Via::Direct));
+        assert!(matches!(via.resolve(&"http://api.openai.com/v1".parse().expect("uri")), Via::Direct), "no HTTP_PROXY");
+    }
+}

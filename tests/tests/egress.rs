@@ -1,0 +1,140 @@
+//! Egress proxies for real, over loopback: an HTTPS upstream (a private CA's certificate) reached
+//! through an HTTP proxy's `CONNECT` tunnel and through a SOCKS5 proxy, each demanding
+//! credentials (`chaos::proxies`), with the gateway's production connector. The proxy carries
+//! the request (it says which destination it opened), health shows the proxy without its
+//! password, a connection's own `proxy` wins over its provider's, and a proxy that refuses is a
+//! transport failure the combo falls back from.
+
+mod common;
+
+use chaos::proxies::{Proxy, http_connect, socks5};
+use chaos::tls::Ca;
+use common::{Reply, send, upstream};
+use proxy::config::Config;
+use proxy::{Persistence, build, https_connector};
+use scenarios::{Behaviour, Script, ScriptedUpstream};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+type Upstream = proxy::state::gateway::Gateway<proxy::state::connector::Upstream>;
+
+/// A gateway on the production connector trusting `ca`, with `providers` (TOML) and a plain
+/// fallback provider; combo `team` tries `tls/m`, then `plain/m`.
+async fn gateway(dir: &std::path::Path, ca: &Ca, providers: &str, plain: SocketAddr) -> (SocketAddr, Arc<Upstream>) {
+    let ca_path = dir.join("ca.pem");
+    std::fs::write(&ca_path, ca.pem()).expect("CA file");
+    let text = format!(
+        "[server]\nproxy_from_env = false\nextra_ca = \"{}\"\n{providers}\
+         [[providers]]\nid = \"plain\"\nbase_url = \"http://{plain}/v1\"\nmodels = [\"m\"]\n\
+         [[connections]]\nid = \"p1\"\nprovider = \"plain\"\napi_key = \"sk-p\"\n\
+         [[combos]]\nname = \"team\"\ntargets = [\"tls/m\", \"plain/m\"]\n",
+        ca_path.display()
+    );
+    let config = Config::from_toml_str(&text, &|_| None, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let connector = https_connector(&config.server).expect("connector");
+    let gw = build(config, connector, Persistence::Memory, scenarios::upstream::DEFAULT_WALL_START_MS, 7).expect("gw");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let g = Arc::clone(&gw);
+    tokio::spawn(async move { proxy::edge::serve::serve_gateway(g, listener, std::future::pending()).await });
+    (addr, gw)
+}
+
+fn tls_provider(port: u16, provider_proxy: &str, connection_proxy: Option<&str>) -> String {
+    let own = connection_proxy.map(|p| format!("proxy = \"{p}\"\n")).unwrap_or_default();
+    format!(
+        "[[providers]]\nid = \"tls\"\nbase_url = \"https://localhost:{port}/v1\"\nmodels = [\"m\"]\nproxy = \"{provider_proxy}\"\n\
+         [[connections]]\nid = \"t1\"\nprovider = \"tls\"\napi_key = \"sk-t\"\n{own}"
+    )
+}
+
+async fn chat(addr: SocketAddr) -> Reply {
+    let body = serde_json::json!({"model": "team", "messages": [{"role": "user", "content": "through the proxy"}]});
+    send(
+        "POST",
+        &format!("http://{addr}/v1/chat/completions"),
+        &[("content-type", "application/json")],
+        &body.to_string(),
+    )
+    .await
+}
+
+async fn health_of(addr: SocketAddr) -> serde_json::Value {
+    send("GET", &format!("http://{addr}/api/monitoring/health"), &[], "").await.json()
+}
+
+struct World {
+    ca: Ca,
+    tls: SocketAddr,
+    plain: common::Upstream,
+    dir: tempfile::TempDir,
+}
+
+async fn world() -> World {
+    let ca = Ca::new("Ferroute egress test CA");
+    let script = Arc::new(ScriptedUpstream::new().route("m", Script::always(Behaviour::echo())));
+    let tls = chaos::tls::tls_upstream(Some(ca.leaf(&["localhost"], 4000)), script).await;
+    let plain = upstream(ScriptedUpstream::new().route("m", Script::always(Behaviour::echo()))).await;
+    World { ca, tls, plain, dir: tempfile::tempdir().expect("dir") }
+}
+
+fn served_by(r: &Reply) -> Option<&str> {
+    r.header("x-ferroute-selected-connection-id")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_through_an_http_connect_proxy_with_credentials() {
+    let w = world().await;
+    let proxy: Proxy = http_connect(Some(("team", "s3cret"))).await;
+    let url = format!("http://team:s3cret@{}", proxy.addr);
+    let (gw, g) = gateway(w.dir.path(), &w.ca, &tls_provider(w.tls.port(), &url, None), w.plain.addr).await;
+    let r = chat(gw).await;
+    let why = g.history.last_error("t1").map(|e| e.message).unwrap_or_default();
+    assert_eq!((r.status, served_by(&r)), (200, Some("t1")), "{} {why}", r.body);
+    assert_eq!(proxy.carried(), vec![format!("localhost:{}", w.tls.port())], "the request went through the proxy");
+    let h = health_of(gw).await.to_string();
+    assert!(h.contains(&format!("http://team:***@{}", proxy.addr)) && !h.contains("s3cret"), "{h}");
+
+    // The wrong password: the proxy answers 407, a transport failure that falls back.
+    let wrong = format!("http://team:nope@{}", proxy.addr);
+    let (gw, g2) = gateway(w.dir.path(), &w.ca, &tls_provider(w.tls.port(), &wrong, None), w.plain.addr).await;
+    let r = chat(gw).await;
+    assert_eq!((r.status, served_by(&r)), (200, Some("p1")), "{}", r.body);
+    let said = g2.history.last_error("t1").map(|e| e.message).unwrap_or_default();
+    assert!(said.contains("did not open a tunnel") && said.contains("proxy authorization required"), "{said}");
+    assert!(!said.contains("nope"), "no password in the error: {said}");
+    drop(g);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_through_a_socks5_proxy_and_a_connections_own_proxy_wins() {
+    let w = world().await;
+    let socks = socks5(Some(("agent", "pa55"))).await;
+    // The provider's proxy does not answer; the connection's own SOCKS5 proxy (socks5h: the
+    // proxy resolves `localhost`) carries the request.
+    let own = format!("socks5h://agent:pa55@{}", socks.addr);
+    let text = tls_provider(w.tls.port(), "http://127.0.0.1:1", Some(&own));
+    let (gw, _g) = gateway(w.dir.path(), &w.ca, &text, w.plain.addr).await;
+    let r = chat(gw).await;
+    assert_eq!((r.status, served_by(&r)), (200, Some("t1")), "{}", r.body);
+    assert_eq!(socks.carried(), vec![format!("localhost:{}", w.tls.port())]);
+    let h = health_of(gw).await.to_string();
+    assert!(h.contains(&format!("socks5h://agent:***@{}", socks.addr)) && !h.contains("pa55"), "{h}");
+
+    // `proxy = "none"` on the connection goes direct whatever the provider says.
+    let text = tls_provider(w.tls.port(), &own, Some("none"));
+    let (gw, _g) = gateway(w.dir.path(), &w.ca, &text, w.plain.addr).await;
+    let r = chat(gw).await;
+    assert_eq!((r.status, served_by(&r)), (200, Some("t1")), "{}", r.body);
+    assert_eq!(socks.carried().len(), 1, "not through the proxy");
+}
+
+#[test]
+fn a_proxy_setting_that_cannot_work_is_refused_at_load_naming_the_field() {
+    let text = "[[providers]]\nid = \"a\"\nbase_url = \"https://x.example/v1\"\nproxy = \"https://p.example:3128\"\n\
+                [[connections]]\nid = \"k\"\nprovider = \"a\"\napi_key = \"sk\"\nproxy = \"ftp://u:hunter2@p:1\"\n";
+    let e = Config::from_toml_str(text, &|_| None, &[]).expect_err("refused").to_string();
+    assert!(e.contains("providers[0].proxy") && e.contains("not supported"), "{e}");
+    assert!(e.contains("connections[0].proxy") && e.contains("unknown proxy scheme"), "{e}");
+    assert!(!e.contains("hunter2"), "{e}");
+}
