@@ -9,6 +9,17 @@ use scenarios::{Behaviour, Script, ScriptedUpstream};
 use std::process::Command;
 use std::time::Duration;
 
+/// How the process ended, if it did within 5 s.
+async fn exit_of(p: &mut common::Proc) -> Option<std::process::ExitStatus> {
+    for _ in 0..200 {
+        if let Ok(Some(s)) = p.child.try_wait() {
+            return Some(s);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    None
+}
+
 async fn state_of(base: &str, provider_id: &str) -> String {
     breaker(&health(base).await.expect("health"), provider_id)
 }
@@ -47,14 +58,7 @@ async fn breaker_and_cooldown_state_survive_kill_9_and_sigterm() {
     let pid = p.child.id().to_string();
     let status = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
     assert!(status.success());
-    let mut exited = None;
-    for _ in 0..200 {
-        if let Ok(Some(s)) = p.child.try_wait() {
-            exited = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let exited = exit_of(&mut p).await;
     assert!(exited.is_some_and(|s| s.success()), "SIGTERM stops the gateway cleanly: {exited:?}");
 
     // Reset the key by hand in a fresh store, then trip the breaker and kill -9 again.
@@ -190,8 +194,9 @@ async fn probes_answer_without_a_key_and_readiness_goes_off_before_the_listener_
     let cfg_path = dir.path().join("ferroute.toml");
     std::fs::write(&cfg_path, cfg).expect("write config");
     let mut p = spawn(&["--config", &cfg_path.display().to_string()], dir.path()).await;
+    let base = p.base.clone();
     let get = |path: &str| {
-        let url = format!("{}{path}", p.base);
+        let url = format!("{base}{path}");
         async move { send("GET", &url, &[], "", Duration::from_secs(5)).await }
     };
     let live = get("/livez").await.expect("livez");
@@ -218,14 +223,7 @@ async fn probes_answer_without_a_key_and_readiness_goes_off_before_the_listener_
     }
     assert!(unready_seen, "readiness never went off");
     // Then the listener closes and the process exits cleanly.
-    let mut exited = None;
-    for _ in 0..200 {
-        if let Ok(Some(s)) = p.child.try_wait() {
-            exited = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let exited = exit_of(&mut p).await;
     assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
     assert!(get("/livez").await.is_err(), "the listener is closed");
 }

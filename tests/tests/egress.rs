@@ -9,18 +9,15 @@ mod common;
 
 use chaos::proxies::{Proxy, http_connect, socks5};
 use chaos::tls::Ca;
-use common::{Reply, send, upstream};
+use common::{Production, Reply, send, start_production, team_chat, upstream};
 use proxy::config::Config;
-use proxy::{Persistence, build, https_connector};
 use scenarios::{Behaviour, Script, ScriptedUpstream};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-type Upstream = proxy::state::gateway::Gateway<proxy::state::connector::Upstream>;
-
 /// A gateway on the production connector trusting `ca`, with `providers` (TOML) and a plain
 /// fallback provider; combo `team` tries `tls/m`, then `plain/m`.
-async fn gateway(dir: &std::path::Path, ca: &Ca, providers: &str, plain: SocketAddr) -> (SocketAddr, Arc<Upstream>) {
+async fn gateway(dir: &std::path::Path, ca: &Ca, providers: &str, plain: SocketAddr) -> (SocketAddr, Arc<Production>) {
     let ca_path = dir.join("ca.pem");
     std::fs::write(&ca_path, ca.pem()).expect("CA file");
     let text = format!(
@@ -30,14 +27,7 @@ async fn gateway(dir: &std::path::Path, ca: &Ca, providers: &str, plain: SocketA
          [[combos]]\nname = \"team\"\ntargets = [\"tls/m\", \"plain/m\"]\n",
         ca_path.display()
     );
-    let config = Config::from_toml_str(&text, &|_| None, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let connector = https_connector(&config.server).expect("connector");
-    let gw = build(config, connector, Persistence::Memory, scenarios::upstream::DEFAULT_WALL_START_MS, 7).expect("gw");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let g = Arc::clone(&gw);
-    tokio::spawn(async move { proxy::edge::serve::serve_gateway(g, listener, std::future::pending()).await });
-    (addr, gw)
+    start_production(Config::from_toml_str(&text, &|_| None, &[]).unwrap_or_else(|e| panic!("{e}"))).await
 }
 
 fn tls_provider(port: u16, provider_proxy: &str, connection_proxy: Option<&str>) -> String {
@@ -49,14 +39,7 @@ fn tls_provider(port: u16, provider_proxy: &str, connection_proxy: Option<&str>)
 }
 
 async fn chat(addr: SocketAddr) -> Reply {
-    let body = serde_json::json!({"model": "team", "messages": [{"role": "user", "content": "through the proxy"}]});
-    send(
-        "POST",
-        &format!("http://{addr}/v1/chat/completions"),
-        &[("content-type", "application/json")],
-        &body.to_string(),
-    )
-    .await
+    team_chat(addr, "through the proxy").await
 }
 
 async fn health_of(addr: SocketAddr) -> serde_json::Value {

@@ -8,9 +8,9 @@
 mod common;
 
 use chaos::tls::Ca;
-use common::{Reply, send, upstream};
+use common::{Reply, start_production, team_chat, upstream};
 use proxy::config::{Config, ServerConfig, TlsRoots};
-use proxy::{Persistence, build, https_connector};
+use proxy::https_connector;
 use scenarios::{Behaviour, Script, ScriptedUpstream};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,29 +31,16 @@ async fn gateway(server: ServerConfig, host: &str, port: u16, plain: SocketAddr)
          [[connections]]\nid = \"p1\"\nprovider = \"plain\"\napi_key = \"sk-p\"\n\
          [[combos]]\nname = \"team\"\ntargets = [\"tls/m\", \"plain/m\"]\n"
     );
-    let config = Config::from_toml_str(&text, &|_| None, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let connector = https_connector(&server).expect("connector");
-    let gw =
-        build(config, connector, Persistence::Memory, scenarios::upstream::DEFAULT_WALL_START_MS, 7).expect("gateway");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");
-    let addr = listener.local_addr().expect("addr");
-    let g = Arc::clone(&gw);
-    tokio::spawn(async move { proxy::edge::serve::serve_gateway(g, listener, std::future::pending()).await });
-    (addr, gw)
+    let mut config = Config::from_toml_str(&text, &|_| None, &[]).unwrap_or_else(|e| panic!("{e}"));
+    config.server = server;
+    start_production(config).await
 }
 
 async fn chat(addr: SocketAddr) -> Reply {
-    let body = serde_json::json!({"model": "team", "messages": [{"role": "user", "content": "over tls"}]});
-    send(
-        "POST",
-        &format!("http://{addr}/v1/chat/completions"),
-        &[("content-type", "application/json")],
-        &body.to_string(),
-    )
-    .await
+    team_chat(addr, "over tls").await
 }
 
-type Https = proxy::state::gateway::Gateway<proxy::state::connector::Upstream>;
+type Https = common::Production;
 
 /// The TLS connection's last error, as the dashboard shows it.
 fn last_error(gw: &Https) -> String {

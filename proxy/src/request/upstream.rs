@@ -315,20 +315,11 @@ async fn send<C: Connect + Clone + Send + Sync + 'static>(
                 .with("provider", provider.id.clone().into());
             Err(Step::Fail(e, connection.id.clone()))
         }
-        Ok(Err(e)) => Err(transport_failure(attempt, format!("{} is unreachable: {}", provider.id, chain(&e)))),
+        Ok(Err(e)) => Err(transport_failure(
+            attempt,
+            format!("{} is unreachable: {}", provider.id, crate::state::outbound::chain(&e)),
+        )),
     }
-}
-
-/// An error and its causes, `: `-separated (a TLS handshake's reason lies three levels down).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut at = e.source();
-    while let Some(s) = at {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        at = s.source();
-    }
-    out
 }
 
 /// M9 and M7: the request queue of provider + connection, and the connection's

@@ -100,7 +100,9 @@ pub fn via_of(config: &Config, i: usize, get: &dyn Fn(&str) -> Option<String>) -
     }
 }
 
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its causes, `: `-separated (a TLS handshake's or a proxy's reason lies a few
+/// levels down).
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut at = e.source();
     while let Some(s) = at {

@@ -179,6 +179,27 @@ pub async fn start_at(config: Config, persistence: Persistence, wall_start_ms: u
     Running { addr, gw, stop: Some(tx), task: Some(task) }
 }
 
+/// A gateway on the production connector (TLS and its trust roots, egress proxies).
+pub type Production = Gateway<proxy::state::connector::Upstream>;
+
+/// `config` served on the production connector on a free loopback port until the test ends.
+pub async fn start_production(config: Config) -> (SocketAddr, Arc<Production>) {
+    let connector = proxy::https_connector(&config.server).expect("connector");
+    let gw = build(config, connector, Persistence::Memory, scenarios::upstream::DEFAULT_WALL_START_MS, 7).expect("gw");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");
+    let addr = listener.local_addr().expect("addr");
+    let g = Arc::clone(&gw);
+    tokio::spawn(async move { proxy::edge::serve::serve_gateway(g, listener, std::future::pending()).await });
+    (addr, gw)
+}
+
+/// A chat request for combo `team` saying `content`, to the gateway at `addr`.
+pub async fn team_chat(addr: SocketAddr, content: &str) -> Reply {
+    let body = serde_json::json!({"model": "team", "messages": [{"role": "user", "content": content}]});
+    let url = format!("http://{addr}/v1/chat/completions");
+    send("POST", &url, &[("content-type", "application/json")], &body.to_string()).await
+}
+
 /// A response as the client saw it.
 #[derive(Debug)]
 pub struct Reply {
