@@ -3,7 +3,8 @@
 //! credentials (`chaos::proxies`), with the gateway's production connector. The proxy carries
 //! the request (it says which destination it opened), health shows the proxy without its
 //! password, a connection's own `proxy` wins over its provider's, and a proxy that refuses is a
-//! transport failure the combo falls back from.
+//! failure of that connection (it cools; the provider's breaker is not told) the combo falls
+//! back from.
 
 mod common;
 
@@ -86,6 +87,13 @@ async fn https_through_an_http_connect_proxy_with_credentials() {
     let said = g2.history.last_error("t1").map(|e| e.message).unwrap_or_default();
     assert!(said.contains("did not open a tunnel") && said.contains("proxy authorization required"), "{said}");
     assert!(!said.contains("nope"), "no password in the error: {said}");
+    // The connection's own way out failed, not the provider: the connection cools (M3), the
+    // provider's breaker is not told.
+    let h = health_of(gw).await;
+    let t1 = h["connections"].as_array().and_then(|a| a.iter().find(|c| c["id"] == "t1")).cloned().unwrap_or_default();
+    let tls = h["providers"].as_array().and_then(|a| a.iter().find(|p| p["id"] == "tls")).cloned().unwrap_or_default();
+    assert_eq!((t1["status"].as_str(), t1["backoff_level"].as_u64()), (Some("unavailable"), Some(1)), "{t1}");
+    assert_eq!((tls["state"].as_str(), tls["failures"].as_u64()), (Some("CLOSED"), Some(0)), "{tls}");
     drop(g);
 }
 

@@ -17,9 +17,11 @@ mod tests;
 mod text;
 mod text_rules;
 mod tools;
+mod transport;
 
 pub use decision::{ConnectionEffect, CooldownProfile, Decision, ErrorInput, LockSuggestion};
 pub use tools::tool_limit;
+pub use transport::{classify_egress, classify_transport};
 
 use text::M;
 
@@ -47,24 +49,6 @@ pub fn default_profile(format: Format, class: ProviderClass) -> &'static str {
 /// Statuses that are the provider's fault rather than the account's.
 pub fn is_provider_level_status(status: u16) -> bool {
     status == 408 || (500..=599).contains(&status)
-}
-
-/// A transport failure (connect refused, reset, timeout before headers): provider-level.
-pub fn classify_transport() -> Decision {
-    Decision {
-        reason: Reason::Transport,
-        status: 502,
-        upstream_status: 0,
-        restated_by: None,
-        client_retry_after: None,
-        should_fallback: true,
-        trips_breaker: true,
-        connection: ConnectionEffect::None,
-        rule_scope: None,
-        rule_id: None,
-        lock: LockSuggestion { scope: None, cooldown: None, upstream_reset: false },
-        unsuited: false,
-    }
 }
 
 /// `text` lower-cased: ASCII bodies (nearly all) byte by byte, others by Unicode's rules.

@@ -15,7 +15,7 @@ use crate::session::Affinity;
 use crate::settings::ResilienceSettings;
 use crate::strategy::Memory;
 use crate::types::{Reason, TerminalState};
-use crate::usage_limit::{LaneRequest, LaneView, Lanes, Options as LaneOptions, ResetOutcome, Seen, Step as LaneStep};
+use crate::usage_limit::Lanes;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rustc_hash::FxHashSet;
@@ -149,44 +149,6 @@ impl Engine {
     /// The session pins, mutably (restore).
     pub fn affinity_mut(&mut self) -> &mut Affinity {
         &mut self.affinity
-    }
-
-    /// The Claude usage-limit lanes (M4).
-    pub fn lanes(&self) -> &Lanes {
-        &self.lanes
-    }
-
-    /// Whether a request sent to `connection` now goes in the low-priority lane (M4).
-    pub fn lane_slow(&self, connection: &str, now: Instant) -> bool {
-        self.lanes.slow(connection, now)
-    }
-
-    /// `connection`'s lane at `now` (M4).
-    pub fn lane_view(&self, connection: &str, now: Instant) -> LaneView {
-        self.lanes.view(connection, now)
-    }
-
-    /// What a response means for the connection's usage-limit handling (M4); a `Retry` keeps
-    /// the response away from the cooldown path. Waits draw their jitter from the engine's RNG.
-    pub fn lane_response(
-        &mut self,
-        seen: &Seen<'_>,
-        opts: LaneOptions,
-        req: &mut LaneRequest,
-        start_left: Duration,
-    ) -> LaneStep {
-        self.lanes.on_response(seen, opts, req, start_left, &mut self.rng)
-    }
-
-    /// What a session-limit reset try came to (M4).
-    pub fn lane_reset(
-        &mut self,
-        seen: &Seen<'_>,
-        outcome: ResetOutcome,
-        opts: LaneOptions,
-        req: &mut LaneRequest,
-    ) -> LaneStep {
-        self.lanes.on_reset(seen, outcome, opts, req)
     }
 
     /// The model lockouts.
@@ -360,6 +322,12 @@ impl Engine {
                 self.apply(now, c, ticket, &d, "", same_provider_next, disable_cooling);
                 Some(d)
             }
+            AttemptOutcome::Egress => {
+                let level = self.conns.of(c).map_or(0, |s| s.level_for(now));
+                let d = crate::classify::classify_egress(self.derived.profile(c.class), level);
+                self.apply(now, c, ticket, &d, "", false, disable_cooling);
+                Some(d)
+            }
             AttemptOutcome::Upstream { status, headers, body } => {
                 let level = self.conns.of(c).map_or(0, |s| s.level_for(now));
                 let input = ErrorInput {
@@ -468,6 +436,7 @@ pub(crate) mod candidate;
 mod change;
 mod derived;
 mod event;
+mod lanes;
 mod lockouts;
 mod memory;
 mod operator;

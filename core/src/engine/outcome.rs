@@ -18,6 +18,10 @@ pub enum AttemptOutcome<'a> {
     },
     /// The upstream could not be reached or the connection broke before a response.
     Transport,
+    /// The connection's own way out failed: its egress proxy refused or could not be reached.
+    /// Not the provider's fault: the connection cools down on its ladder (M3), the breaker is
+    /// not told.
+    Egress,
     /// The stream was aborted by the watchdog: the provider was too slow (provider-level).
     TooSlow,
     /// The client went away, or a local limit refused it: says nothing about the upstream.
@@ -55,6 +59,7 @@ impl AttemptOutcome<'_> {
     pub fn kind(&self) -> OutcomeKind {
         match self {
             AttemptOutcome::Transport | AttemptOutcome::TooSlow => OutcomeKind::ProviderLevel,
+            AttemptOutcome::Egress => OutcomeKind::AccountLevel,
             AttemptOutcome::Upstream { status, .. } if is_provider_level_status(*status) => OutcomeKind::ProviderLevel,
             AttemptOutcome::Upstream { .. } => OutcomeKind::AccountLevel,
             AttemptOutcome::Success => OutcomeKind::Success,
@@ -77,6 +82,7 @@ mod tests {
         assert_eq!(up(403).kind(), OutcomeKind::AccountLevel);
         assert_eq!(AttemptOutcome::Transport.kind(), OutcomeKind::ProviderLevel);
         assert_eq!(AttemptOutcome::TooSlow.kind(), OutcomeKind::ProviderLevel);
+        assert_eq!(AttemptOutcome::Egress.kind(), OutcomeKind::AccountLevel);
         assert_eq!(AttemptOutcome::Neutral.kind(), OutcomeKind::Neutral);
         assert_eq!(AttemptOutcome::Success.kind(), OutcomeKind::Success);
     }

@@ -361,3 +361,17 @@ fn an_account_that_needs_a_new_sign_in_ends_expired_until_it_is_reset() {
     assert!(!e.renew_connection(now + S(3), "never-seen"));
     assert!(e.poll_event().is_none());
 }
+
+#[test]
+fn a_failed_egress_proxy_cools_its_connection_on_the_ladder_and_never_the_breaker() {
+    let now = t0();
+    let mut e = Engine::new(one_failure_opens(), 1);
+    let c = cands(&["k1", "k2"]);
+    let (i, t) = pick(&mut e, now, &c, Strategy::Priority);
+    let d = e.record(now, &c[i], "openai", t, AttemptOutcome::Egress, false, false, None).expect("decision");
+    assert!(d.should_fallback && !d.trips_breaker, "{d:?}");
+    assert!(matches!(d.connection, crate::classify::ConnectionEffect::Cooldown { new_level: 1, .. }), "{d:?}");
+    assert_eq!(e.breaker_state(now, "openai"), BreakerState::Closed, "the provider is not at fault");
+    let (i, _) = pick(&mut e, now, &c, Strategy::Priority);
+    assert_eq!(i, 1, "k1 is cooling, its sibling serves");
+}

@@ -118,7 +118,7 @@ impl Trace {
         let end = match outcome {
             AttemptOutcome::Success => AttemptEnd::Served,
             AttemptOutcome::Upstream { .. } => AttemptEnd::Failed,
-            AttemptOutcome::Transport => AttemptEnd::Transport,
+            AttemptOutcome::Transport | AttemptOutcome::Egress => AttemptEnd::Transport,
             AttemptOutcome::TooSlow => AttemptEnd::Watchdog,
             AttemptOutcome::Neutral => AttemptEnd::Aborted,
         };

@@ -316,12 +316,22 @@ pub(crate) fn transport_failure<C: Connect + Clone + Send + Sync + 'static>(
     attempt: &mut Attempt<C>,
     message: String,
 ) -> Step {
+    failure_without_answer(attempt, message, AttemptOutcome::Transport)
+}
+
+/// A failure with no answer from the upstream: the provider's transport, or the connection's
+/// own way out (its proxy, `AttemptOutcome::Egress`).
+pub(crate) fn failure_without_answer<C: Connect + Clone + Send + Sync + 'static>(
+    attempt: &mut Attempt<C>,
+    message: String,
+    outcome: AttemptOutcome<'static>,
+) -> Step {
     let provider = attempt.gw.parts(&attempt.target).0.id.clone();
     let connection = attempt.gw.parts(&attempt.target).1.id.clone();
     tracing::warn!(%provider, %connection, %message, "upstream transport failure");
     note_error(&attempt.gw, &connection, 0, &message);
     attempt.trace.said(&message);
-    match attempt.record(AttemptOutcome::Transport) {
+    match attempt.record(outcome) {
         Some(decision) => Step::Fallback(Failure { decision, message, connection, provider }),
         None => {
             Step::Fail(ProxyError::new(Source::Internal, 500, "internal", "the outcome was recorded twice"), connection)

@@ -315,10 +315,13 @@ async fn send<C: Connect + Clone + Send + Sync + 'static>(
                 .with("provider", provider.id.clone().into());
             Err(Step::Fail(e, connection.id.clone()))
         }
-        Ok(Err(e)) => Err(transport_failure(
-            attempt,
-            format!("{} is unreachable: {}", provider.id, crate::state::outbound::chain(&e)),
-        )),
+        Ok(Err(e)) => {
+            let message = format!("{} is unreachable: {}", provider.id, crate::state::outbound::chain(&e));
+            // The connection's own proxy failing is the connection's failure, not the provider's.
+            let outcome =
+                if crate::state::outbound::is_egress(&e) { AttemptOutcome::Egress } else { AttemptOutcome::Transport };
+            Err(crate::request::answer::failure_without_answer(attempt, message, outcome))
+        }
     }
 }
 

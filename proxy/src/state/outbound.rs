@@ -17,6 +17,31 @@ use tower_service::Service;
 /// The error of a connection attempt.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A connection's own egress proxy refused or could not be reached: the connection's failure,
+/// not its provider's (the request path finds it in the error's causes).
+#[derive(Debug)]
+pub struct EgressError(pub String);
+
+impl std::fmt::Display for EgressError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for EgressError {}
+
+/// Whether `e`, or one of its causes, is an [`EgressError`].
+pub fn is_egress(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(e);
+    while let Some(x) = at {
+        if x.is::<EgressError>() {
+            return true;
+        }
+        at = x.source();
+    }
+    false
+}
+
 impl Via {
     /// What `dst` goes through: `Env` resolved for it.
     fn resolve(&self, dst: &Uri) -> Via {
@@ -73,16 +98,19 @@ impl Service<Uri> for Outbound {
                     if let Some(a) = auth {
                         t = t.with_auth(a);
                     }
-                    t.call(dst)
-                        .await
-                        .map_err(|e| format!("the proxy {shown} did not open a tunnel: {}", chain(&e)).into())
+                    t.call(dst).await.map_err(|e| {
+                        let why = format!("the proxy {shown} did not open a tunnel: {}", chain(&e));
+                        Box::new(EgressError(why)) as BoxError
+                    })
                 }
                 Via::Socks { proxy, auth, remote_dns, shown } => {
                     let mut s = SocksV5::new(proxy, http).local_dns(!remote_dns);
                     if let Some((u, p)) = auth {
                         s = s.with_auth(u, p);
                     }
-                    s.call(dst).await.map_err(|e| format!("the SOCKS5 proxy {shown} refused: {}", chain(&e)).into())
+                    s.call(dst).await.map_err(|e| {
+                        Box::new(EgressError(format!("the SOCKS5 proxy {shown} refused: {}", chain(&e)))) as BoxError
+                    })
                 }
             }
         })
