@@ -129,3 +129,47 @@ fn a_proxy_setting_that_cannot_work_is_refused_at_load_naming_the_field() {
     assert!(e.contains("connections[0].proxy") && e.contains("unknown proxy scheme"), "{e}");
     assert!(!e.contains("hunter2"), "{e}");
 }
+
+/// M13 with proxies: connections that leave through the same proxy share its address, so a
+/// 429 on one cools its siblings through that proxy, and not a sibling that goes direct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_through_one_proxy_share_an_egress_bucket() {
+    let limited = Behaviour::status_with(
+        429,
+        &[("retry-after", "30")],
+        r#"{"error":{"message":"Rate limit reached for requests"}}"#,
+    );
+    let up = upstream(
+        ScriptedUpstream::new().route("m#sk-1", Script::always(limited)).route("m", Script::always(Behaviour::echo())),
+    )
+    .await;
+    let socks = socks5(None).await;
+    let via = format!("socks5://{}", socks.addr);
+    let text = format!(
+        "[server]\nproxy_from_env = false\n[[providers]]\nid = \"free\"\nbase_url = \"http://{}/v1\"\nmodels = [\"m\"]\negress_ip_lock = true\n\
+         [[connections]]\nid = \"k1\"\nprovider = \"free\"\napi_key = \"sk-1\"\nproxy = \"{via}\"\n\
+         [[connections]]\nid = \"k2\"\nprovider = \"free\"\napi_key = \"sk-2\"\nproxy = \"{via}\"\n\
+         [[connections]]\nid = \"k3\"\nprovider = \"free\"\napi_key = \"sk-3\"\nproxy = \"none\"\n",
+        up.addr
+    );
+    let (gw, _g) =
+        start_production(Config::from_toml_str(&text, &|_| None, &[]).unwrap_or_else(|e| panic!("{e}"))).await;
+    let body = serde_json::json!({"model": "free/m", "messages": [{"role": "user", "content": "hi"}]});
+    let r = send(
+        "POST",
+        &format!("http://{gw}/v1/chat/completions"),
+        &[("content-type", "application/json")],
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!((r.status, served_by(&r)), (200, Some("k3")), "k1 limited, k2 shares its proxy, k3 serves: {}", r.body);
+    let h = health_of(gw).await;
+    let status = |id: &str| {
+        h["connections"].as_array().and_then(|a| a.iter().find(|c| c["id"] == id)).map(|c| c["status"].to_string())
+    };
+    assert_eq!(
+        (status("k1"), status("k2"), status("k3")),
+        (Some("\"unavailable\"".into()), Some("\"unavailable\"".into()), Some("\"active\"".into()))
+    );
+    assert_eq!(socks.carried().len(), 1, "only k1's request went through the proxy");
+}
