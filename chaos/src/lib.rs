@@ -6,6 +6,7 @@
 pub mod binary;
 pub mod client;
 pub mod proxies;
+pub mod proxy_processes;
 pub mod redis;
 pub mod tls;
 

@@ -1,6 +1,7 @@
 //! Egress proxies for real, over loopback: an HTTPS upstream (a private CA's certificate) reached
 //! through an HTTP proxy's `CONNECT` tunnel and through a SOCKS5 proxy, each demanding
-//! credentials (`chaos::proxies`), with the gateway's production connector. The proxy carries
+//! credentials (`chaos::proxies`), and through real tinyproxy and Dante processes
+//! (`chaos::proxy_processes`), with the gateway's production connector. The proxy carries
 //! the request (it says which destination it opened), health shows the proxy without its
 //! password, a connection's own `proxy` wins over its provider's, and a proxy that refuses is a
 //! failure of that connection (it cools; the provider's breaker is not told) the combo falls
@@ -172,4 +173,32 @@ async fn connections_through_one_proxy_share_an_egress_bucket() {
         (Some("\"unavailable\"".into()), Some("\"unavailable\"".into()), Some("\"active\"".into()))
     );
     assert_eq!(socks.carried().len(), 1, "only k1's request went through the proxy");
+}
+
+/// The same through real proxy processes: tinyproxy with Basic credentials, and Dante's SOCKS5
+/// server (socks5h: Dante resolves `localhost`). Their own logs show the tunnels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_through_real_tinyproxy_and_dante() {
+    if chaos::proxy_processes::available().is_none() {
+        return;
+    }
+    let w = world().await;
+    let tiny = chaos::proxy_processes::tinyproxy("team", "s3cret").await;
+    let url = format!("http://team:s3cret@127.0.0.1:{}", tiny.port);
+    let (gw, _g) = gateway(w.dir.path(), &w.ca, &tls_provider(w.tls.port(), &url, None), w.plain.addr).await;
+    let r = chat(gw).await;
+    assert_eq!((r.status, served_by(&r)), (200, Some("t1")), "{}", r.body);
+    let log = tiny.log();
+    assert!(log.contains(&format!("CONNECT localhost:{}", w.tls.port())), "tinyproxy's log: {log}");
+
+    let dante = chaos::proxy_processes::danted().await;
+    let url = format!("socks5h://127.0.0.1:{}", dante.port);
+    let (gw, _g) = gateway(w.dir.path(), &w.ca, &tls_provider(w.tls.port(), &url, None), w.plain.addr).await;
+    let r = chat(gw).await;
+    assert_eq!((r.status, served_by(&r)), (200, Some("t1")), "{}", r.body);
+    let log = dante.log();
+    assert!(
+        log.contains(&format!(".{}", w.tls.port())) || log.contains(&format!(":{}", w.tls.port())),
+        "Dante's log: {log}"
+    );
 }
