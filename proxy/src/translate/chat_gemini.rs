@@ -3,7 +3,10 @@
 //! the `GenerateContentResponse` back to a chat completion.
 
 use super::wire::{GemAnswer, Out};
-use super::{Translated, Untranslatable, budget_for_effort, joined_text, parse_arguments, refuse_unless, str_of};
+use super::{
+    Translated, Untranslatable, budget_for_effort, function_tools, joined_text, parse_arguments, refuse_unless, str_of,
+    tool_name,
+};
 use serde_json::{Map, Value, json};
 
 /// Chat request → Gemini `generateContent` body.
@@ -228,29 +231,17 @@ fn model_parts(m: &Value, i: usize, names: &mut Vec<(String, String)>) -> Result
 }
 
 fn tools(obj: &Map<String, Value>, body: &mut Map<String, Value>) -> Result<(), Untranslatable> {
-    if let Some(list) = obj.get("tools").and_then(Value::as_array).filter(|l| !l.is_empty()) {
-        let mut declarations = Vec::new();
-        for (i, t) in list.iter().enumerate() {
-            if str_of(t, "type") != Some("function") {
-                let kind = str_of(t, "type").unwrap_or("unknown");
-                return Err(Untranslatable::new(
-                    format!("tools[{i}].type={kind}"),
-                    "only function tools can be sent to Gemini",
-                ));
-            }
-            let f = t.get("function").unwrap_or(&Value::Null);
-            let Some(name) = str_of(f, "name") else {
-                return Err(Untranslatable::new(format!("tools[{i}].function.name"), "a function tool needs a name"));
-            };
-            let mut d = json!({"name": name});
-            if let Some(desc) = str_of(f, "description") {
-                d["description"] = desc.into();
-            }
-            if let Some(p) = f.get("parameters").filter(|p| !p.is_null()) {
-                d["parametersJsonSchema"] = p.clone();
-            }
-            declarations.push(d);
+    let declarations = function_tools(obj, "Gemini", |i, f| {
+        let mut d = json!({"name": tool_name(i, f)?});
+        if let Some(desc) = str_of(f, "description") {
+            d["description"] = desc.into();
         }
+        if let Some(p) = f.get("parameters").filter(|p| !p.is_null()) {
+            d["parametersJsonSchema"] = p.clone();
+        }
+        Ok(d)
+    })?;
+    if let Some(declarations) = declarations {
         body.insert("tools".into(), json!([{ "functionDeclarations": declarations }]));
     }
     let config = match obj.get("tool_choice") {

@@ -3,8 +3,8 @@
 
 use super::wire::{AntMessage, Out};
 use super::{
-    DEFAULT_MAX_TOKENS, Translated, Untranslatable, budget_for_effort, finish_reason, joined_text, refuse_unless,
-    str_of,
+    DEFAULT_MAX_TOKENS, Translated, Untranslatable, budget_for_effort, finish_reason, function_tools, joined_text,
+    refuse_unless, str_of, tool_name,
 };
 use serde_json::{Map, Value, json};
 
@@ -169,35 +169,24 @@ pub fn plain_request(chat: &Value) -> Option<Vec<u8>> {
 }
 
 fn tools(obj: &Map<String, Value>, body: &mut Map<String, Value>) -> Result<(), Untranslatable> {
-    if let Some(list) = obj.get("tools").and_then(Value::as_array).filter(|l| !l.is_empty()) {
-        let mut tools = Vec::new();
-        for (i, t) in list.iter().enumerate() {
-            if str_of(t, "type") != Some("function") {
-                let kind = str_of(t, "type").unwrap_or("unknown");
-                return Err(Untranslatable::new(
-                    format!("tools[{i}].type={kind}"),
-                    "only function tools can be sent to Anthropic",
-                ));
-            }
-            let f = t.get("function").unwrap_or(&Value::Null);
-            let Some(name) = str_of(f, "name") else {
-                return Err(Untranslatable::new(format!("tools[{i}].function.name"), "a function tool needs a name"));
-            };
-            if f.get("strict") == Some(&Value::Bool(true)) {
-                return Err(Untranslatable::new(
-                    format!("tools[{i}].function.strict"),
-                    "Anthropic does not enforce strict tool schemas",
-                ));
-            }
-            let mut tool = json!({
-                "name": name,
-                "input_schema": f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-            });
-            if let Some(d) = str_of(f, "description") {
-                tool["description"] = d.into();
-            }
-            tools.push(tool);
+    let tools = function_tools(obj, "Anthropic", |i, f| {
+        let name = tool_name(i, f)?;
+        if f.get("strict") == Some(&Value::Bool(true)) {
+            return Err(Untranslatable::new(
+                format!("tools[{i}].function.strict"),
+                "Anthropic does not enforce strict tool schemas",
+            ));
         }
+        let mut tool = json!({
+            "name": name,
+            "input_schema": f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        });
+        if let Some(d) = str_of(f, "description") {
+            tool["description"] = d.into();
+        }
+        Ok(tool)
+    })?;
+    if let Some(tools) = tools {
         body.insert("tools".into(), Value::Array(tools));
     }
     let mut choice = match obj.get("tool_choice") {

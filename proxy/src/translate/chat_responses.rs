@@ -5,7 +5,7 @@
 
 use super::stream::{ChunkPrefix, Event, Translate, chat_error};
 use super::wire::{Out, Str};
-use super::{Translated, Untranslatable, joined_text, refuse_unless, str_of};
+use super::{Translated, Untranslatable, function_tools, joined_text, refuse_unless, str_of};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -166,26 +166,17 @@ fn user_content(content: Option<&Value>, i: usize) -> Result<Value, Untranslatab
 }
 
 fn tools(obj: &Map<String, Value>, body: &mut Map<String, Value>) -> Result<(), Untranslatable> {
-    if let Some(list) = obj.get("tools").and_then(Value::as_array).filter(|l| !l.is_empty()) {
-        let mut tools = Vec::new();
-        for (i, t) in list.iter().enumerate() {
-            if str_of(t, "type") != Some("function") {
-                let kind = str_of(t, "type").unwrap_or("unknown");
-                return Err(Untranslatable::new(
-                    format!("tools[{i}].type={kind}"),
-                    "only function tools are translated",
-                ));
+    let tools = function_tools(obj, "the Responses API", |_, f| {
+        let mut tool = json!({"type": "function", "name": str_of(f, "name").unwrap_or(""),
+            "parameters": f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}))});
+        for k in ["description", "strict"] {
+            if let Some(v) = f.get(k).filter(|v| !v.is_null()) {
+                tool[k] = v.clone();
             }
-            let f = t.get("function").unwrap_or(&Value::Null);
-            let mut tool = json!({"type": "function", "name": str_of(f, "name").unwrap_or(""),
-                "parameters": f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}))});
-            for k in ["description", "strict"] {
-                if let Some(v) = f.get(k).filter(|v| !v.is_null()) {
-                    tool[k] = v.clone();
-                }
-            }
-            tools.push(tool);
         }
+        Ok(tool)
+    })?;
+    if let Some(tools) = tools {
         body.insert("tools".into(), Value::Array(tools));
     }
     match obj.get("tool_choice") {

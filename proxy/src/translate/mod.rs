@@ -214,6 +214,33 @@ pub fn chat_usage(input: u64, output: u64, cache_read: u64, cache_write: u64) ->
     })
 }
 
+/// The chat request's `tools`, when it offers any, each function tool's `function` turned into
+/// the target's tool by `map` (with its index); a tool of another type is refused, naming it and
+/// `target`.
+pub(crate) fn function_tools(
+    obj: &Map<String, Value>,
+    target: &str,
+    mut map: impl FnMut(usize, &Value) -> Result<Value, Untranslatable>,
+) -> Result<Option<Vec<Value>>, Untranslatable> {
+    let Some(list) = obj.get("tools").and_then(Value::as_array).filter(|l| !l.is_empty()) else { return Ok(None) };
+    let mut tools = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        if str_of(t, "type") != Some("function") {
+            let kind = str_of(t, "type").unwrap_or("unknown");
+            let why = format!("only function tools can be sent to {target}");
+            return Err(Untranslatable::new(format!("tools[{i}].type={kind}"), why));
+        }
+        tools.push(map(i, t.get("function").unwrap_or(&Value::Null))?);
+    }
+    Ok(Some(tools))
+}
+
+/// A function tool's `name`, which every target needs.
+pub(crate) fn tool_name(i: usize, f: &Value) -> Result<&str, Untranslatable> {
+    str_of(f, "name")
+        .ok_or_else(|| Untranslatable::new(format!("tools[{i}].function.name"), "a function tool needs a name"))
+}
+
 pub(crate) fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
 }
