@@ -142,7 +142,7 @@ pub(crate) async fn succeeded<C: Connect + Clone + Send + Sync + 'static>(
             );
         }
     };
-    let bytes = match collapse.then(|| crate::request::codex::final_response(&bytes)) {
+    let bytes = match collapse.then(|| crate::translate::chat_responses::final_response(&bytes)) {
         None => bytes,
         Some(Ok(b)) => b,
         Some(Err(e)) => return transport_failure(&mut attempt, format!("{} streamed, but {e}", provider.id)),

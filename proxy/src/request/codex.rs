@@ -5,7 +5,7 @@
 //!
 //! - `store` is `false` and `stream` is `true` (the backend answers `Store must be set to
 //!   false` and `Stream must be set to true` otherwise); a client that asked for one JSON answer
-//!   gets the stream's final response ([`crate::request::answer`]).
+//!   gets the stream's final response ([`crate::translate::chat_responses::final_response`]).
 //! - `instructions` is always a string (`Instructions are required`), the client's own or empty:
 //!   Ferroute adds no prompt of its own.
 //! - `input` is a list (`Input must be a list`): a string becomes one user message.
@@ -31,9 +31,9 @@ const UNSUPPORTED: [&str; 4] = ["max_output_tokens", "temperature", "top_p", "st
 
 static ORIGINATOR_HEADER: HeaderName = HeaderName::from_static("originator");
 static SESSION_ID: HeaderName = HeaderName::from_static("session_id");
-/// Where a client names its session: Codex's `session_id` (and the later `session-id`), or the
-/// gateway's own session headers.
-const SESSION_HEADERS: [&str; 4] = ["session_id", "session-id", "x-codex-session-id", "x-session-id"];
+/// Where Codex names its session (`session_id`, later `session-id`); the gateway's own session
+/// headers ([`ferroute_core::session::key::SESSION_HEADERS`]) are read after them.
+const CODEX_SESSION_HEADERS: [&str; 2] = ["session_id", "session-id"];
 
 /// What a client said about itself that the backend reads.
 #[derive(Debug, Clone, Default)]
@@ -50,7 +50,11 @@ impl ClientIds {
         let visible = |v: &&HeaderValue| v.to_str().is_ok_and(|s| !s.trim().is_empty());
         ClientIds {
             originator: headers.get(&ORIGINATOR_HEADER).filter(visible).cloned(),
-            session: SESSION_HEADERS.iter().find_map(|n| headers.get(*n).filter(visible)).cloned(),
+            session: CODEX_SESSION_HEADERS
+                .iter()
+                .chain(ferroute_core::session::key::SESSION_HEADERS.iter())
+                .find_map(|n| headers.get(*n).filter(visible))
+                .cloned(),
         }
     }
 }
@@ -98,27 +102,6 @@ pub fn body(body: &[u8], dropped: &mut Vec<String>) -> Result<Bytes, String> {
     serde_json::to_vec(&v).map(Bytes::from).map_err(|e| e.to_string())
 }
 
-/// The final response object of a Responses event stream (`response.completed`, or
-/// `response.incomplete`), for a client that asked for one JSON answer; `Err` names what the
-/// stream ended with instead.
-pub fn final_response(stream: &[u8]) -> Result<Bytes, String> {
-    let mut last = None;
-    for line in stream.split(|b| *b == b'\n') {
-        let Some(data) = line.strip_prefix(b"data:") else { continue };
-        let Ok(event) = serde_json::from_slice::<Value>(data.trim_ascii()) else { continue };
-        match event.get("type").and_then(Value::as_str) {
-            Some("response.completed" | "response.incomplete") => {
-                let response =
-                    event.get("response").filter(|r| r.is_object()).ok_or("a final event without a response")?;
-                return serde_json::to_vec(response).map(Bytes::from).map_err(|e| e.to_string());
-            }
-            Some(t @ ("response.failed" | "error")) => last = Some(format!("the stream ended with {t}: {event}")),
-            _ => {}
-        }
-    }
-    Err(last.unwrap_or_else(|| "the stream ended without response.completed".to_owned()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,15 +146,5 @@ mod tests {
         assert_eq!(h.get("originator").and_then(|v| v.to_str().ok()), Some("codex_cli_rs"));
         assert_eq!(h.get("session_id").and_then(|v| v.to_str().ok()), Some("0199a213-81c0-7800-8aa1-bbab2a035a53"));
         assert_eq!(h.get("accept").and_then(|v| v.to_str().ok()), Some("text/event-stream"));
-    }
-
-    #[test]
-    fn the_final_response_is_taken_from_the_stream() {
-        let stream = b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r1\",\"status\":\"in_progress\"}}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r1\",\"status\":\"completed\",\"output\":[]}}\n\n";
-        let r: Value = serde_json::from_slice(&final_response(stream).expect("final")).expect("JSON");
-        assert_eq!(r["status"], "completed");
-        let failed = b"data: {\"type\":\"response.failed\",\"response\":{\"error\":{\"code\":\"server_error\"}}}\n\n";
-        assert!(final_response(failed).expect_err("failed").contains("response.failed"));
-        assert!(final_response(b"").is_err());
     }
 }

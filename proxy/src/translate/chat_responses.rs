@@ -450,3 +450,27 @@ impl Translate for ResponsesToChat {
         self.done = true;
     }
 }
+/// The final Response object of a Responses event stream (`response.completed` or
+/// `response.incomplete`), for a client that asked for one JSON answer from a provider that
+/// streams every answer (ChatGPT's Codex backend); `Err` names what the stream ended with
+/// instead. The events are read by the core's parser ([`ferroute_core::sse::SseParser`]).
+pub fn final_response(stream: &[u8]) -> Result<bytes::Bytes, String> {
+    let mut last: Option<Result<bytes::Bytes, String>> = None;
+    ferroute_core::sse::SseParser::default().feed(stream, |ev| {
+        if matches!(last, Some(Ok(_))) {
+            return;
+        }
+        let Ok(event) = serde_json::from_str::<Value>(ev.data) else { return };
+        match str_of(&event, "type") {
+            Some("response.completed" | "response.incomplete") => {
+                last = Some(match event.get("response").filter(|r| r.is_object()) {
+                    Some(r) => serde_json::to_vec(r).map(bytes::Bytes::from).map_err(|e| e.to_string()),
+                    None => Err("a final event without a response".into()),
+                });
+            }
+            Some(t @ ("response.failed" | "error")) => last = Some(Err(format!("the stream ended with {t}: {event}"))),
+            _ => {}
+        }
+    });
+    last.unwrap_or_else(|| Err("the stream ended without response.completed".to_owned()))
+}

@@ -423,3 +423,17 @@ fn a_responses_request_becomes_chat_and_stored_state_is_refused() {
     assert_eq!(t.dropped, vec!["tools:web_search"]);
     assert!(t.body.get("tools").is_none());
 }
+
+#[test]
+fn the_final_response_is_taken_from_the_stream_crlf_framed_too() {
+    let stream = b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r1\",\"status\":\"in_progress\"}}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r1\",\"status\":\"completed\",\"output\":[]}}\n\n";
+    let r: Value =
+        serde_json::from_slice(&super::chat_responses::final_response(stream).expect("final")).expect("JSON");
+    assert_eq!(r["status"], "completed");
+    let failed = b"data: {\"type\":\"response.failed\",\"response\":{\"error\":{\"code\":\"server_error\"}}}\n\n";
+    assert!(super::chat_responses::final_response(failed).expect_err("failed").contains("response.failed"));
+    assert!(super::chat_responses::final_response(b"").is_err());
+    // Framing is the event-stream parser's: CRLF line ends work as LF ones.
+    let crlf = String::from_utf8_lossy(stream).replace('\n', "\r\n");
+    assert!(super::chat_responses::final_response(crlf.as_bytes()).is_ok());
+}
