@@ -100,6 +100,9 @@ pub struct Preset {
     /// The `base_url` of a provider whose connections use this preset, when it names none:
     /// the backend the official client reaches with this sign-in.
     pub base_url: &'static str,
+    /// Whether requests are shaped for ChatGPT's Codex backend (its headers and request rules;
+    /// see `request/codex.rs`).
+    pub codex_backend: bool,
 }
 
 /// The presets: Claude Code's and Codex's sign-in.
@@ -113,6 +116,7 @@ pub const PRESETS: [Preset; 2] = [
         beta: Some("oauth-2025-04-20"),
         account_header: None,
         base_url: "https://api.anthropic.com/v1",
+        codex_backend: false,
     },
     Preset {
         name: "codex",
@@ -125,6 +129,7 @@ pub const PRESETS: [Preset; 2] = [
         beta: None,
         account_header: Some("chatgpt-account-id"),
         base_url: "https://chatgpt.com/backend-api/codex",
+        codex_backend: true,
     },
 ];
 

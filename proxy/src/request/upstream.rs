@@ -32,7 +32,7 @@ fn upstream_request<C: Connect + Clone + Send + Sync + 'static>(
     let body =
         prep.body_for(&t.model).map_err(|e| ProxyError::new(Source::Internal, 500, "internal", e.to_string()))?;
     let oauth = gw.config.connections[t.connection].oauth.as_ref();
-    let codex = oauth.and_then(|o| o.preset()).is_some_and(|p| p.name == "codex");
+    let codex = oauth.and_then(|o| o.preset()).is_some_and(|p| p.codex_backend);
     let body = if codex {
         crate::request::codex::body(&body, &mut prep.dropped).map_err(|e| {
             ProxyError::bad_request("invalid_request", format!("{e} (the Codex backend takes a Responses request)"))
