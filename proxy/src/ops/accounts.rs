@@ -9,7 +9,7 @@
 use crate::config::{Config, ConnectionConfig};
 use crate::sessions::accounts::import;
 use crate::sessions::sealed::Sealer;
-use crate::sessions::token_endpoint::jwt_expiry_ms;
+use crate::sessions::token_endpoint::{jwt_claims, jwt_expiry_ms};
 use crate::sessions::token_store::origin_of;
 use crate::state::clock::rfc3339;
 use crate::state::store::Store;
@@ -122,10 +122,7 @@ pub fn parse(client: Client, body: &str, file: &str) -> Result<Imported, String>
 /// The ChatGPT account id an id token names (claim `https://api.openai.com/auth`,
 /// `chatgpt_account_id`), if it is a JWT that does.
 pub fn chatgpt_account_id(id_token: &str) -> Option<String> {
-    use base64::Engine as _;
-    let payload = id_token.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
-    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    let v = jwt_claims(id_token)?;
     let id = v.get("https://api.openai.com/auth")?.get("chatgpt_account_id")?.as_str()?;
     (!id.trim().is_empty() && !id.chars().any(char::is_control)).then(|| id.to_owned())
 }

@@ -31,13 +31,18 @@ struct TokenResponse {
     expires_in: Option<u64>,
 }
 
-/// The `exp` claim (Unix seconds) of a JWT, if the token is one.
-pub fn jwt_expiry_ms(token: &str) -> Option<u64> {
+/// The claims of a JWT (its payload, unverified: only read for what the token says of itself),
+/// if the token is one.
+pub fn jwt_claims(token: &str) -> Option<serde_json::Value> {
     use base64::Engine as _;
     let payload = token.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    v.get("exp")?.as_u64()?.checked_mul(1000)
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The `exp` claim (Unix seconds) of a JWT, if the token is one.
+pub fn jwt_expiry_ms(token: &str) -> Option<u64> {
+    jwt_claims(token)?.get("exp")?.as_u64()?.checked_mul(1000)
 }
 
 /// How long a lost answer is still waited for after [`TOKEN_TIMEOUT`]: one that arrives in
