@@ -5,6 +5,7 @@
 
 pub mod binary;
 pub mod client;
+mod installed;
 pub mod proxies;
 pub mod proxy_processes;
 pub mod redis;

@@ -5,7 +5,6 @@
 //! the test, outside CI the test runs that script itself and says it was skipped when it cannot
 //! install them.
 
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -41,31 +40,14 @@ impl ProxyProcess {
     }
 }
 
-/// Whether both proxies are installed; outside CI, tries `tests/proxies/setup.sh` first. `None`
-/// (skipped, said on stderr) only outside CI when they cannot be installed.
+/// Whether both proxies are installed (see `installed.rs`); `None` when the test is skipped.
 pub fn available() -> Option<()> {
-    if installed() {
-        return Some(());
-    }
-    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
-    assert!(!in_ci, "tinyproxy or danted is missing: .ci/run installs them with tests/proxies/setup.sh");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/proxies/setup.sh");
-    let ran = Command::new("bash").arg(script).status().is_ok_and(|s| s.success());
-    if !ran || !installed() {
-        eprintln!("skipped: no tinyproxy or danted, and tests/proxies/setup.sh could not install them");
-        return None;
-    }
-    Some(())
+    crate::installed::ensure(installed, "proxies/setup.sh", "tinyproxy or danted").then_some(())
 }
 
 fn installed() -> bool {
     let ok = |cmd: &str| Command::new(cmd).arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
     ok("tinyproxy") && ok("danted")
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
 }
 
 /// A private directory the proxies (which drop to `nobody` when started as root) can write.
@@ -82,7 +64,7 @@ fn open_dir() -> tempfile::TempDir {
 /// tinyproxy on a free port, demanding `user`:`pass` (Basic), logging each tunnel it opens.
 pub async fn tinyproxy(user: &str, pass: &str) -> ProxyProcess {
     let dir = open_dir();
-    let port = free_port();
+    let port = crate::installed::free_port();
     let log = dir.path().join("tinyproxy.log");
     let conf = dir.path().join("tinyproxy.conf");
     std::fs::write(
@@ -111,7 +93,7 @@ pub async fn tinyproxy(user: &str, pass: &str) -> ProxyProcess {
 /// system's accounts), logging each connection it opens.
 pub async fn danted() -> ProxyProcess {
     let dir = open_dir();
-    let port = free_port();
+    let port = crate::installed::free_port();
     let log = dir.path().join("danted.log");
     let conf = dir.path().join("danted.conf");
     std::fs::write(

@@ -18,18 +18,11 @@ pub struct Redis {
 impl Redis {
     /// A running server, or `None` (outside CI only) when none can be installed.
     pub async fn start() -> Option<Redis> {
-        if !installed() {
-            let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
-            assert!(!in_ci, "redis-server is missing: .ci/run installs it with tests/redis/setup.sh");
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/redis/setup.sh");
-            let ran = Command::new("bash").arg(script).status().is_ok_and(|s| s.success());
-            if !ran || !installed() {
-                eprintln!("skipped: no redis-server and tests/redis/setup.sh could not install one");
-                return None;
-            }
+        if !crate::installed::ensure(installed, "redis/setup.sh", "redis-server") {
+            return None;
         }
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
+        let port = crate::installed::free_port();
         let child = Redis::spawn(port, dir.path());
         let r = Redis { child, port, dir };
         r.wait_ready().await;
@@ -82,9 +75,4 @@ impl Drop for Redis {
 
 fn installed() -> bool {
     Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success())
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
 }
