@@ -310,7 +310,7 @@ async fn readiness_waits_for_the_shared_state_to_be_joined() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     redis.kill();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for(&p.base, "the replica notices the store is gone", |h| h["state"]["reachable"] == false).await;
     let r = readyz().await.expect("readyz");
     assert_eq!(r.status, 200, "serving on local state after the loss is deliberate: {}", r.body);
 }
