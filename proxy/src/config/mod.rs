@@ -119,18 +119,7 @@ impl Config {
         env_vars: &[(String, String)],
     ) -> Result<Config, ConfigError> {
         let mut errors = Vec::new();
-        let base = ResilienceSettings::default().with_env(env_vars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let resilience = match base {
-            Ok(base) => match raw.resilience.take() {
-                Some(table) => base.overlay_toml(table).map_err(|e| core_errors(e, "resilience")),
-                None => Ok(base),
-            },
-            Err(e) => Err(core_errors(e, "environment")),
-        };
-        let resilience = resilience.unwrap_or_else(|e| {
-            errors.extend(e);
-            ResilienceSettings::default()
-        });
+        let resilience = resilience_of(&mut raw, env_vars, &mut errors);
         let demo = raw.providers.is_empty();
         if demo {
             let (providers, connections, combo) = demo::parts();
@@ -140,78 +129,20 @@ impl Config {
         }
         let oauth_of: Vec<_> = raw.connections.iter().map(|c| (c.provider.as_str(), c.oauth.as_ref())).collect();
         oauth::fill_base_urls(raw.providers.iter_mut().map(|p| (p.id.as_str(), &mut p.base_url)), &oauth_of);
-        let mut resolve = |field: String, value: &str| -> Option<String> {
-            match value.strip_prefix("env:") {
-                Some(name) => match env(name) {
-                    Some(v) if !v.is_empty() => Some(v),
-                    _ => {
-                        errors.push(err(field, format!("environment variable {name} is not set")));
-                        None
-                    }
-                },
-                None => Some(value.to_owned()),
-            }
-        };
-        let admin_key = raw.server.admin_key.clone().and_then(|k| resolve("server.admin_key".into(), &k));
-        let secret_key = raw.server.secret_key.clone().and_then(|k| resolve("server.secret_key".into(), &k));
-        let keys: Vec<KeyConfig> = raw
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| KeyConfig { key: resolve(format!("keys[{i}].key"), &k.key).unwrap_or_default(), ..k.clone() })
-            .collect();
-        let connections: Vec<ConnectionConfig> = raw
-            .connections
-            .iter()
-            .enumerate()
-            .map(|(i, c)| ConnectionConfig {
-                api_key: c.api_key.as_deref().and_then(|k| resolve(format!("connections[{i}].api_key"), k)),
-                proxy: c.proxy.as_deref().and_then(|v| resolve(format!("connections[{i}].proxy"), v)),
-                oauth: c.oauth.as_ref().map(|o| OAuthConfig {
-                    access_token: resolve(format!("connections[{i}].oauth.access_token"), &o.access_token)
-                        .unwrap_or_default(),
-                    refresh_token: resolve(format!("connections[{i}].oauth.refresh_token"), &o.refresh_token)
-                        .unwrap_or_default(),
-                    ..o.clone()
-                }),
-                ..c.clone()
-            })
-            .collect();
-        let providers: Vec<ProviderConfig> = std::mem::take(&mut raw.providers)
-            .into_iter()
-            .enumerate()
-            .map(|(i, p)| ProviderConfig {
-                proxy: p.proxy.as_deref().and_then(|v| resolve(format!("providers[{i}].proxy"), v)),
-                ..p
-            })
-            .collect();
-        let state = StateConfig {
-            // An unresolved `env:` URL is reported once (as unset), not again as missing.
-            url: raw.state.url.as_deref().map(|u| resolve("state.url".into(), u).unwrap_or_default()),
-            ..raw.state.clone()
-        };
-        let telemetry = TelemetryConfig {
-            headers: raw
-                .telemetry
-                .headers
-                .iter()
-                .map(|(k, v)| (k.clone(), resolve(format!("telemetry.headers.{k}"), v).unwrap_or_default()))
-                .collect(),
-            ..raw.telemetry.clone()
-        };
+        resolve_env(&mut raw, &mut Resolver { env, errors: &mut errors });
         let combos = raw.combos.iter().enumerate().map(|(i, c)| combo(i, c, &mut errors)).collect();
         let mut config = Config {
-            server: ServerConfig { admin_key, secret_key, ..raw.server },
-            keys,
-            providers,
-            connections,
+            server: raw.server,
+            keys: raw.keys,
+            providers: raw.providers,
+            connections: raw.connections,
             combos,
             emergency_fallback: raw.emergency_fallback,
             warnings: Vec::new(),
             resilience,
-            state,
+            state: raw.state,
             recording: raw.recording,
-            telemetry,
+            telemetry: raw.telemetry,
             demo,
             index: index::Index::default(),
         };
@@ -271,6 +202,12 @@ impl Config {
         }
         if self.server.shutdown_grace_ms > 3_600_000 {
             errors.push(err("server.shutdown_grace_ms", "is out of range (at most 3600000)"));
+        }
+        if self.server.unready_delay_ms > 600_000 {
+            errors.push(err("server.unready_delay_ms", "is out of range (at most 600000)"));
+        }
+        if let Some(ca) = self.server.extra_ca.as_deref().filter(|p| !std::path::Path::new(p).is_file()) {
+            errors.push(err("server.extra_ca", format!("{ca:?} is not a readable file")));
         }
     }
 
@@ -437,6 +374,74 @@ fn core_errors(e: CoreConfigError, prefix: &str) -> Vec<FieldError> {
     match e {
         CoreConfigError::Parse(m) => vec![err(prefix, m)],
         CoreConfigError::Invalid(v) => v,
+    }
+}
+
+/// The resilience settings: the defaults, the `FERROUTE_…` variables over them, the file's
+/// `[resilience]` over those; the defaults (and the problems in `errors`) when they do not load.
+fn resilience_of(
+    raw: &mut RawConfig,
+    env_vars: &[(String, String)],
+    errors: &mut Vec<FieldError>,
+) -> ResilienceSettings {
+    let base = ResilienceSettings::default().with_env(env_vars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let resilience = match base {
+        Ok(base) => match raw.resilience.take() {
+            Some(table) => base.overlay_toml(table).map_err(|e| core_errors(e, "resilience")),
+            None => Ok(base),
+        },
+        Err(e) => Err(core_errors(e, "environment")),
+    };
+    resilience.unwrap_or_else(|e| {
+        errors.extend(e);
+        ResilienceSettings::default()
+    })
+}
+
+/// Reads `env:NAME` values; an unset variable is an error naming the field.
+struct Resolver<'a> {
+    env: &'a dyn Fn(&str) -> Option<String>,
+    errors: &'a mut Vec<FieldError>,
+}
+
+impl Resolver<'_> {
+    fn resolve(&mut self, field: String, value: &str) -> Option<String> {
+        let Some(name) = value.strip_prefix("env:") else { return Some(value.to_owned()) };
+        match (self.env)(name) {
+            Some(v) if !v.is_empty() => Some(v),
+            _ => {
+                self.errors.push(err(field, format!("environment variable {name} is not set")));
+                None
+            }
+        }
+    }
+}
+
+/// Every secret and `env:` value of `raw`, read in place (an unresolved one is reported once,
+/// as unset, and left empty rather than reported again as missing).
+fn resolve_env(raw: &mut RawConfig, r: &mut Resolver<'_>) {
+    raw.server.admin_key = raw.server.admin_key.take().and_then(|k| r.resolve("server.admin_key".into(), &k));
+    raw.server.secret_key = raw.server.secret_key.take().and_then(|k| r.resolve("server.secret_key".into(), &k));
+    for (i, k) in raw.keys.iter_mut().enumerate() {
+        k.key = r.resolve(format!("keys[{i}].key"), &k.key).unwrap_or_default();
+    }
+    for (i, c) in raw.connections.iter_mut().enumerate() {
+        c.api_key = c.api_key.take().and_then(|k| r.resolve(format!("connections[{i}].api_key"), &k));
+        c.proxy = c.proxy.take().and_then(|v| r.resolve(format!("connections[{i}].proxy"), &v));
+        if let Some(o) = &mut c.oauth {
+            o.access_token =
+                r.resolve(format!("connections[{i}].oauth.access_token"), &o.access_token).unwrap_or_default();
+            o.refresh_token =
+                r.resolve(format!("connections[{i}].oauth.refresh_token"), &o.refresh_token).unwrap_or_default();
+        }
+    }
+    for (i, p) in raw.providers.iter_mut().enumerate() {
+        p.proxy = p.proxy.take().and_then(|v| r.resolve(format!("providers[{i}].proxy"), &v));
+    }
+    raw.state.url = raw.state.url.take().map(|u| r.resolve("state.url".into(), &u).unwrap_or_default());
+    for (k, v) in raw.telemetry.headers.iter_mut() {
+        let value = r.resolve(format!("telemetry.headers.{k}"), v).unwrap_or_default();
+        *v = value;
     }
 }
 

@@ -393,3 +393,14 @@ fn a_bare_model_is_served_by_the_first_provider_that_lists_it() {
     assert_eq!(c.provider_serving("z"), None);
     assert_eq!(c.provider_serving("a/x"), None, "a provider/model name is not a listed model");
 }
+
+#[test]
+fn a_shutdown_delay_past_ten_minutes_and_a_missing_private_ca_are_named() {
+    let f = fields(parse("[server]\nunready_delay_ms = 18446744073709551615\nextra_ca = \"/no/such/ca.pem\"\n"));
+    assert_eq!(f, ["server.unready_delay_ms", "server.extra_ca"]);
+    let env_proxy = parse(
+        "[[providers]]\nid = \"a\"\nbase_url = \"http://127.0.0.1:9/v1\"\nproxy = \"env:NO_SUCH_PROXY\"\n\
+         [[connections]]\nid = \"k\"\nprovider = \"a\"\napi_key = \"sk\"\n",
+    );
+    assert_eq!(fields(env_proxy), ["providers[0].proxy"], "an unset env: proxy is named once");
+}
