@@ -11,16 +11,28 @@
 //! - `Input must be a list`: cubezhao/ai-tools-mng#79.
 //!
 //! Its usage-limit answer is a 429 a scenario scripts (`USAGE_LIMIT` is its body, from
-//! james-6-23/codex2api#9), with the `x-codex-*` headers earendil-works/pi#4172 quotes.
+//! james-6-23/codex2api#9), with the `x-codex-*` headers earendil-works/pi#4172 quotes
+//! ([`USAGE_LIMIT_HEADERS`], the reset moved the same way).
 
 use serde_json::Value;
 
 /// The parameters it refuses by name.
 const UNSUPPORTED: [&str; 4] = ["max_output_tokens", "temperature", "top_p", "stream_options"];
 
-/// The 429 body of a ChatGPT plan's used-up Codex limit (james-6-23/codex2api#9), its reset
-/// written with the upstream's clock placeholders: `resets_at` 600 s from now.
+/// The 429 body of a ChatGPT plan's used-up Codex limit, as james-6-23/codex2api#9 quotes it
+/// (`{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached",
+/// "plan_type":"free","resets_at":1775317531,"resets_in_seconds":602705}}`), its reset moved to
+/// 600 s from now with the upstream's clock placeholders so that a test sees it end.
 pub const USAGE_LIMIT: &str = r#"{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"free","resets_at":{epoch+600},"resets_in_seconds":600}}"#;
+
+/// The window headers of that answer, from earendil-works/pi#4172's
+/// (`X-Codex-Primary-Used-Percent: 100`, `X-Codex-Primary-Window-Minutes: 300`,
+/// `X-Codex-Primary-Reset-After-Seconds: 13873`), the reset moved to 600 s like the body's.
+pub const USAGE_LIMIT_HEADERS: [(&str, &str); 3] = [
+    ("x-codex-primary-used-percent", "100"),
+    ("x-codex-primary-window-minutes", "300"),
+    ("x-codex-primary-reset-after-seconds", "600"),
+];
 
 /// The `detail` of the 400 the backend answers a request to `path` with, if it breaks one of
 /// its rules.

@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use proxy::Persistence;
-use scenarios::codex_backend::USAGE_LIMIT;
+use scenarios::codex_backend::{USAGE_LIMIT, USAGE_LIMIT_HEADERS};
 use scenarios::token_server::{Grant, TokenServer, serve_token_server};
 use scenarios::upstream::DEFAULT_WALL_START_MS;
 use scenarios::{Behaviour, Script, ScriptedUpstream};
@@ -118,12 +118,7 @@ async fn a_codex_account_serves_every_client_api_on_the_backends_own_terms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_usage_limit_from_the_codex_backend_cools_the_account_until_its_stated_reset() {
-    let headers = [
-        ("x-codex-primary-used-percent", "100"),
-        ("x-codex-primary-window-minutes", "300"),
-        ("x-codex-primary-reset-after-seconds", "600"),
-    ];
-    let limit = Behaviour::status_with(429, &headers, USAGE_LIMIT);
+    let limit = Behaviour::status_with(429, &USAGE_LIMIT_HEADERS, USAGE_LIMIT);
     let b = backend(Script::sequence(vec![limit, Behaviour::echo()])).await;
     let body = serde_json::json!({"model": format!("chatgpt/{MODEL}"), "input": "hi"});
     let r = send("POST", &b.gw.url("/v1/responses"), &[("content-type", "application/json")], &body.to_string()).await;
