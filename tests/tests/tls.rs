@@ -97,7 +97,7 @@ async fn a_certificate_of_the_extra_ca_serves_and_each_bad_one_is_a_named_transp
     let r = chat(gw).await;
     assert_eq!(r.header("x-ferroute-selected-connection-id"), Some("p1"), "{r:?}");
     let said = last_error(&g);
-    assert!(said.contains("tls is unreachable"), "{said}");
+    assert!(said.contains("tls is unreachable") && said.contains("Connection reset by peer"), "{said}");
 }
 
 #[test]
