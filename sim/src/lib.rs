@@ -9,6 +9,7 @@ mod client;
 pub mod coverage;
 mod expect;
 mod faults;
+pub mod many;
 pub mod net;
 mod oauth;
 pub mod replay;

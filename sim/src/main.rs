@@ -4,7 +4,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use scenarios::scenario::{Scenario, catalog_dir, load_catalog};
-use sim::{report, svg, swarm};
+use sim::{many, report, svg, swarm};
 use std::path::PathBuf;
 
 /// Ferroute's deterministic simulation.
@@ -43,6 +43,10 @@ enum Command {
         /// First seed.
         #[arg(long, default_value_t = 1)]
         start: u64,
+        /// Seeds run at once, each on its own thread (default: the machine's cores). The
+        /// output is the same for any number.
+        #[arg(long)]
+        jobs: Option<usize>,
     },
     /// Swarm: random fault mixes, one per seed.
     Swarm {
@@ -61,6 +65,14 @@ enum Command {
         /// Fail unless every expected transition was reached (the nightly run's goal).
         #[arg(long)]
         require_coverage: bool,
+        /// Hand out no new seed after this many minutes (`--seeds` is then the most it runs):
+        /// as many seeds as fit a time budget.
+        #[arg(long)]
+        minutes: Option<f64>,
+        /// Seeds run at once, each on its own thread (default: the machine's cores). The
+        /// output is the same for any number.
+        #[arg(long)]
+        jobs: Option<usize>,
     },
     /// Write an SVG timeline of breaker, cooldown and lockout states for one run.
     Svg {
@@ -73,7 +85,8 @@ enum Command {
         #[arg(long, default_value = "timeline.svg")]
         out: PathBuf,
     },
-    /// Measure simulated seconds per wall second on a one-hour, 10 000-request scenario.
+    /// Measure simulated seconds per wall second on a one-hour, 10 000-request scenario, and
+    /// swarm seeds per wall minute on every core.
     Bench,
     /// Replay a recording (`ferroute recording export`) under the config it ran with and under
     /// candidates; print them side by side with the replay's fidelity, and draw each run.
@@ -168,84 +181,85 @@ fn say(pb: &ProgressBar, text: String) {
     }
 }
 
-/// What many runs add up to: the failed runs' replay commands, and how many runs reached each
-/// state machine transition.
-#[derive(Default)]
-struct Tally {
-    failures: Vec<String>,
-    reached: std::collections::BTreeMap<String, u64>,
-    runs: u64,
-    /// The run after which every expected transition had been reached.
-    all_reached_after: Option<u64>,
-}
-
-impl Tally {
-    fn add(&mut self, pb: &ProgressBar, r: sim::shared::RunResult) {
-        if !r.passed() {
-            say(pb, report::failure(&r));
-            self.failures.push(r.replay_command());
-        }
-        for t in r.coverage.into_keys() {
-            *self.reached.entry(t).or_default() += 1;
-        }
-        self.runs += 1;
-        if self.all_reached_after.is_none() && sim::coverage::EXPECTED.iter().all(|e| self.reached.contains_key(*e)) {
-            self.all_reached_after = Some(self.runs);
-        }
-        pb.inc(1);
-    }
-}
-
-/// `sim sweep`: the named scenario, or the whole catalog, over `seeds` seeds from `start`.
-fn sweep(scenario: Option<String>, seeds: u64, start: u64) -> anyhow::Result<()> {
+/// `sim sweep`: the named scenario, or the whole catalog, over `seeds` seeds from `start`, on
+/// `jobs` threads.
+fn sweep(scenario: Option<String>, seeds: u64, start: u64, jobs: usize) -> anyhow::Result<()> {
     let list = match scenario {
         Some(name) => vec![find(&name)?],
         None => load_catalog(&catalog_dir())?,
     };
     let runs = seeds * list.len() as u64;
     let pb = bar(runs);
-    let mut tally = Tally::default();
-    for s in &list {
-        pb.set_message(s.name.clone());
-        for seed in start..start + seeds {
-            tally.add(&pb, sim::run(s, seed));
+    #[allow(clippy::disallowed_methods)] // wall time of the whole sweep or swarm, for its speed
+    let wall = std::time::Instant::now();
+    let mut plan = many::Sweep::new(&list, start..start + seeds);
+    plan.each = Box::new(|r| {
+        pb.set_message(r.scenario.clone());
+        if !r.passed() {
+            say(&pb, report::failure(r));
         }
-    }
+        pb.inc(1);
+    });
+    many::drive(&mut plan, jobs);
     pb.finish();
+    let tally = plan.tally;
     if list.len() > 1 {
         print!("{}", sim::coverage::table(&tally.reached, runs));
     }
     println!("{runs} runs, {} failed", tally.failures.len());
+    eprintln!("{}", per_minute(runs, wall.elapsed(), jobs));
     if !tally.failures.is_empty() {
         std::process::exit(1);
     }
     Ok(())
 }
 
-/// `sim swarm`: `seeds` generated scenarios from `start` (or the first one's TOML, `print`).
-/// Each seed leans toward the focus [`swarm::steer`] picks for what the seeds before it left
-/// unreached (its own focus with `no_steer`, or once every aim is reached).
-fn swarm_seeds(seeds: u64, start: u64, print: bool, no_steer: bool, require_coverage: bool) {
+/// `runs` in `wall` on `jobs` threads, as runs per wall minute.
+fn per_minute(runs: u64, wall: std::time::Duration, jobs: usize) -> String {
+    let rate = runs as f64 * 60.0 / wall.as_secs_f64().max(1e-9);
+    format!("{rate:.0} runs per wall minute on {jobs} jobs ({:.1} s)", wall.as_secs_f64())
+}
+
+/// `sim swarm`: `seeds` generated scenarios from `start` (or the first one's TOML, `print`), on
+/// `jobs` threads. Each seed leans toward the focus [`swarm::steer`] picks for what the seeds
+/// [`many::STEER_LAG`] places before it left unreached (its own focus with `no_steer`, or once
+/// every aim is reached).
+fn swarm_seeds(
+    seeds: u64,
+    start: u64,
+    print: bool,
+    no_steer: bool,
+    require_coverage: bool,
+    jobs: usize,
+    budget: Option<std::time::Duration>,
+) {
     if print {
         print!("{}", swarm::to_toml(&swarm::generate(start)));
         return;
     }
-    let pb = bar(seeds);
-    let mut tally = Tally::default();
-    let mut tried = std::collections::BTreeMap::new();
-    for seed in start..start + seeds {
-        let focus = if no_steer { swarm::Focus::drawn(seed) } else { swarm::steer(&tally.reached, &tried, seed) };
-        *tried.entry(focus).or_insert(0u32) += 1;
-        tally.add(&pb, sim::run(&swarm::generate_with(seed, focus), seed));
-    }
+    let pb = if budget.is_some() { ProgressBar::new_spinner() } else { bar(seeds) };
+    #[allow(clippy::disallowed_methods)] // wall time of the whole sweep or swarm, for its speed
+    let wall = std::time::Instant::now();
+    let mut plan = many::Swarm::new(start..start.saturating_add(seeds), no_steer);
+    plan.until = budget.map(|b| wall + b);
+    plan.each = Box::new(|r| {
+        if !r.passed() {
+            say(&pb, report::failure(r));
+        }
+        pb.inc(1);
+    });
+    many::drive(&mut plan, jobs);
     pb.finish();
+    let tally = &plan.tally;
+    let seeds = tally.runs;
     print!("{}", sim::coverage::table(&tally.reached, seeds));
-    let foci: Vec<String> = tried.iter().map(|(f, n)| format!("{} {n}", f.name())).collect();
+    let foci: Vec<String> = plan.tried.iter().map(|(f, n)| format!("{} {n}", f.name())).collect();
     println!("seeds per focus: {}", foci.join(", "));
     if let Some(n) = tally.all_reached_after {
         println!("every expected transition reached within the first {n} seeds");
     }
     println!("{seeds} swarm seeds, {} failed", tally.failures.len());
+    eprintln!("{}", per_minute(seeds, wall.elapsed(), jobs).replace("runs", "seeds"));
     let unreached = sim::coverage::EXPECTED.iter().filter(|e| !tally.reached.contains_key(**e)).count();
     if require_coverage && unreached > 0 {
         println!("{unreached} expected transitions never reached");
@@ -289,9 +303,12 @@ fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
-        Command::Sweep { scenario, seeds, start } => sweep(scenario, seeds, start)?,
-        Command::Swarm { seeds, start, print, no_steer, require_coverage } => {
-            swarm_seeds(seeds, start, print, no_steer, require_coverage)
+        Command::Sweep { scenario, seeds, start, jobs } => {
+            sweep(scenario, seeds, start, jobs.unwrap_or_else(many::cores))?
+        }
+        Command::Swarm { seeds, start, print, no_steer, require_coverage, jobs, minutes } => {
+            let budget = minutes.map(|m| std::time::Duration::from_secs_f64(m.max(0.0) * 60.0));
+            swarm_seeds(seeds, start, print, no_steer, require_coverage, jobs.unwrap_or_else(many::cores), budget)
         }
         Command::Svg { scenario, seed, out } => {
             let r = sim::run(&find(&scenario)?, seed);
@@ -337,6 +354,16 @@ fn main() -> anyhow::Result<()> {
             if !r.passed() {
                 eprint!("{}", report::failure(&r));
             }
+            let (jobs, seeds) = (many::cores(), 48);
+            #[allow(clippy::disallowed_methods)] // wall time of the whole sweep or swarm, for its speed
+            let wall = std::time::Instant::now();
+            let mut plan = many::Swarm::new(1..seeds + 1, false);
+            many::drive(&mut plan, jobs);
+            println!(
+                "swarm: {} ({} of {seeds} failed)",
+                per_minute(seeds, wall.elapsed(), jobs).replace("runs", "seeds"),
+                plan.tally.failures.len()
+            );
         }
     }
     Ok(())

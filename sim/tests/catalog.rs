@@ -3,7 +3,7 @@
 //! command that replays it.
 
 use scenarios::scenario::{catalog_dir, load_catalog};
-use sim::{report, run, seeds_from_env, swarm};
+use sim::{many, report, run, seeds_from_env, swarm};
 
 #[test]
 fn catalog_has_at_least_thirty_scenarios_covering_every_mechanism() {
@@ -17,20 +17,46 @@ fn catalog_has_at_least_thirty_scenarios_covering_every_mechanism() {
 #[test]
 fn every_scenario_passes_over_seeds() {
     let all = load_catalog(&catalog_dir()).expect("catalog loads");
-    let seeds = seeds_from_env();
-    let mut failures = Vec::new();
-    let mut runs = 0;
-    for s in &all {
-        for seed in seeds.clone() {
-            let r = run(s, seed);
-            runs += 1;
-            if !r.passed() {
-                eprint!("{}", report::failure(&r));
-                failures.push(r.replay_command());
-            }
+    let mut plan = many::Sweep::new(&all, seeds_from_env());
+    plan.each = Box::new(|r| {
+        if !r.passed() {
+            eprint!("{}", report::failure(r));
         }
-    }
-    assert!(failures.is_empty(), "{} of {runs} runs failed; replay with:\n{}", failures.len(), failures.join("\n"));
+    });
+    many::drive(&mut plan, many::cores());
+    let t = plan.tally;
+    assert!(
+        t.failures.is_empty(),
+        "{} of {} runs failed; replay with:\n{}",
+        t.failures.len(),
+        t.runs,
+        t.failures.join("\n")
+    );
+}
+
+/// Seeds run on many threads give what they give on one: the same runs in the same order, with
+/// the same logs, and a steered swarm steers the same way.
+#[test]
+fn many_jobs_give_what_one_job_gives() {
+    let all = load_catalog(&catalog_dir()).expect("catalog loads");
+    let some: Vec<_> = all.into_iter().step_by(40).collect();
+    let sweep = |jobs| {
+        let mut plan = many::Sweep::new(&some, 1..3);
+        many::drive(&mut plan, jobs);
+        plan.tally
+    };
+    let (one, three) = (sweep(1), sweep(3));
+    assert_eq!(one.runs, 2 * some.len() as u64);
+    assert_eq!(one, three, "a sweep on three jobs differs from one on one job");
+    let steered = |jobs| {
+        let mut plan = many::Swarm::new(1..9, false);
+        plan.lag = 2;
+        many::drive(&mut plan, jobs);
+        (plan.foci, plan.tally)
+    };
+    let (one, three) = (steered(1), steered(3));
+    assert_eq!(one.1.runs, 8);
+    assert_eq!(one, three, "a swarm on three jobs differs from one on one job");
 }
 
 #[test]
@@ -83,15 +109,14 @@ fn first_difference(a: &[(u64, String)], b: &[(u64, String)]) -> String {
 #[test]
 fn swarm_seeds_stay_safe_and_heal() {
     let n: u64 = std::env::var("SIM_SWARM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
-    let mut failures = Vec::new();
-    for seed in 1..=n {
-        let r = run(&swarm::generate(seed), seed);
+    let mut plan = many::Swarm::new(1..n + 1, true);
+    plan.each = Box::new(|r| {
         if !r.passed() {
-            eprint!("{}", report::failure(&r));
-            failures.push(r.replay_command());
+            eprint!("{}", report::failure(r));
         }
-    }
-    assert!(failures.is_empty(), "swarm seeds failed:\n{}", failures.join("\n"));
+    });
+    many::drive(&mut plan, many::cores());
+    assert!(plan.tally.failures.is_empty(), "swarm seeds failed:\n{}", plan.tally.failures.join("\n"));
 }
 
 /// Each focus of the swarm on one seed: the mixes steering leans on stay safe and heal too,
