@@ -29,8 +29,21 @@ pub(crate) struct View {
     pub(super) sent: BTreeSet<(u64, u32, String, String)>,
     /// The outcome being recorded: (provider, kind, at).
     pub(super) last_outcome: Option<(String, OutcomeKind, u64)>,
+    /// The connection of that outcome.
+    pub(super) last_outcome_of: String,
+    /// Each connection's last announced cooldown, for its backoff ladder.
+    pub(super) ladder: BTreeMap<String, Rung>,
     /// When other replicas' changes were last applied (what changes then is their doing).
     pub(super) peers_at: Option<u64>,
+}
+
+/// A connection's last announced cooldown: its backoff level, its end and its longest length
+/// (ms), as the connection's own state keeps them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rung {
+    pub(super) level: u32,
+    pub(super) until: u64,
+    pub(super) len: u64,
 }
 
 impl View {
@@ -100,6 +113,9 @@ pub struct Recorder {
     pub spans: Vec<Span>,
     /// `[resilience.routing] max_attempts` of the run's gateway (0: not checked).
     pub max_attempts: u32,
+    /// Each connection's highest backoff level (`max_backoff_steps` of its class), for the
+    /// ladder's invariant (a connection not named here is not checked).
+    pub ladder_tops: BTreeMap<String, u32>,
     /// What the gateway being observed has announced (each replica has its own).
     view: View,
     /// The other replicas' views, by host.
@@ -191,6 +207,7 @@ impl Recorder {
             Observed::Outcome { provider, connection, kind } => {
                 self.gw_note(at, format!("outcome {provider}/{connection} {}", kind.as_str()));
                 self.view.last_outcome = Some(((*provider).to_owned(), *kind, at));
+                (*connection).clone_into(&mut self.view.last_outcome_of);
             }
             Observed::ComboWait { combo, wait } => {
                 self.gw_note(at, format!("combo {combo} waits {} for a cooldown", secs(wait.as_millis() as u64)));

@@ -1,7 +1,7 @@
 //! The core's events as the checker reads them: each is logged, drawn on the timeline, kept in
 //! the gateway's view, and held to the invariants that concern it.
 
-use super::{Recorder, secs};
+use super::{Recorder, Rung, secs};
 use ferroute_core::breaker::TransitionReason;
 use ferroute_core::breaker::registry::BreakerTransition;
 use ferroute_core::engine::{Event, OutcomeKind};
@@ -26,6 +26,7 @@ impl Recorder {
                 self.gw_note(at, format!("recovered {connection}"));
                 self.view.terminal.remove(&**connection);
                 self.view.cooling_until.remove(&**connection);
+                self.view.ladder.remove(&**connection);
                 self.close_span(&self.lane(format!("conn:{connection}")), at);
             }
             Event::Pin(PinEvent::Set { session, provider, connection, expires_at }) => {
@@ -131,8 +132,43 @@ impl Recorder {
             self.gw_violate(at, format!("the cooldown of {connection} {how}, from {prev} ms to {until} ms"));
         }
         self.view.cooling_until.insert(connection.to_owned(), until);
+        self.climbed(at, connection, until, level);
         let lane = self.lane(format!("conn:{connection}"));
         self.span(lane, "cooldown", (at, Some(until)), String::new());
+    }
+
+    /// The backoff ladder climbs (M3): a connection's own account-level failure that starts a
+    /// ladder cooldown (level 1 or more) after an earlier cooldown, before a success and before
+    /// the connection stayed quiet for as long as that cooldown lasted, is at least one level
+    /// above it (or at the ladder's top). A hint's cooldown is level 0 and restarts the ladder;
+    /// one announced while another runs extends it and keeps its level.
+    fn climbed(&mut self, at: u64, connection: &str, until: u64, level: u32) {
+        let prev = self.view.ladder.get(connection).copied();
+        if prev.is_some_and(|p| at < p.until) {
+            if let Some(p) = self.view.ladder.get_mut(connection) {
+                (p.level, p.len, p.until) = (p.level.max(level), p.len.max(until - at), until.max(p.until));
+            }
+            return;
+        }
+        self.view.ladder.insert(connection.to_owned(), Rung { level, until, len: until.saturating_sub(at) });
+        let own = self.view.last_outcome_of == connection
+            && self.view.last_outcome.as_ref().is_some_and(|(_, _, when)| *when == at)
+            && self.view.peers_at != Some(at);
+        let Some(top) = self.ladder_tops.get(connection).copied() else { return };
+        if !own || level == 0 {
+            return;
+        }
+        let before = prev.filter(|p| at - p.until < p.len).map_or(0, |p| p.level);
+        let want = (before + 1).min(top);
+        if level < want {
+            self.gw_violate(
+                at,
+                format!(
+                    "the backoff ladder of {connection} went from level {before} to {level} on another failure \
+                     before a success or a quiet spell (expected at least {want})"
+                ),
+            );
+        }
     }
 
     /// A connection ended in a terminal state: after an account-level cause, and never over

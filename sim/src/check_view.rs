@@ -43,5 +43,14 @@ impl Recorder {
         };
         primary.attempts.clear();
         primary.sent.clear();
+        primary.ladder.clear();
+    }
+
+    /// A config reload may renew or replace connections: their ladders are not followed across it.
+    pub fn reloaded(&mut self) {
+        self.view.ladder.clear();
+        for v in self.views.values_mut() {
+            v.ladder.clear();
+        }
     }
 }

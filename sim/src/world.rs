@@ -29,7 +29,9 @@ fn follow_reloads(shared: &Arc<Mutex<Shared>>, serving: &Arc<Serving<SimConnecto
         loop {
             wake.notified().await;
             let line = reload_line(reloading.reload());
-            lock(&noted).rec.note(ms(sim_now()), format!("{on}{line}"));
+            let mut noted = lock(&noted);
+            noted.rec.note(ms(sim_now()), format!("{on}{line}"));
+            noted.rec.reloaded();
         }
     });
 }
@@ -67,6 +69,14 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     };
 
     lock(&shared).rec.max_attempts = u32::try_from(config.resilience.routing.max_attempts.max(1)).unwrap_or(u32::MAX);
+    lock(&shared).rec.ladder_tops = config
+        .connections
+        .iter()
+        .filter_map(|c| {
+            let class = config.provider(&c.provider)?.class;
+            Some((c.id.clone(), config.resilience.cooldown_profile(class).max_steps))
+        })
+        .collect();
     let mut b = turmoil::Builder::new();
     let limit = Duration::from_millis(scenario.duration_ms);
     let [lo, hi] = scenario.latency_ms.unwrap_or([0, 5]);
