@@ -9,6 +9,7 @@ mod installed;
 pub mod proxies;
 pub mod proxy_processes;
 pub mod redis;
+pub mod sdk;
 pub mod tls;
 
 use scenarios::Toxic;

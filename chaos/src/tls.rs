@@ -44,6 +44,82 @@ impl Ca {
         let cert = params.signed_by(&key, &self.issuer).expect("signed");
         (cert.der().clone(), PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
     }
+
+    /// The same as PEM files in `dir` (`cert.pem`, `key.pem`, what `[server] tls` names), with
+    /// the certificate's DER to compare with what a client was shown.
+    pub fn leaf_files(&self, names: &[&str], until: i32, dir: &std::path::Path) -> (String, String, Vec<u8>) {
+        use rustls::pki_types::pem::PemObject as _;
+        let (cert, key) = self.leaf(names, until);
+        let pem = |label: &str, der: &[u8]| {
+            let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, der);
+            let lines: Vec<&str> = b64.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).unwrap_or("")).collect();
+            format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
+        };
+        let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert_path, pem("CERTIFICATE", cert.as_ref())).expect("cert.pem");
+        std::fs::write(&key_path, pem("PRIVATE KEY", key.secret_der())).expect("key.pem");
+        let back = CertificateDer::from_pem_file(&cert_path).expect("cert.pem reads back");
+        assert_eq!(back.as_ref(), cert.as_ref());
+        (cert_path.display().to_string(), key_path.display().to_string(), cert.to_vec())
+    }
+}
+
+/// A TLS client that trusts exactly the CA of `ca_pem`.
+pub fn client_trusting(ca_pem: &str) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.expect("CA PEM")).expect("CA root");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// What one HTTPS request got: the status, the body, and the certificate the server showed.
+#[derive(Debug)]
+pub struct HttpsAnswer {
+    /// Status code.
+    pub status: u16,
+    /// Body (as text; `connection: close` framing).
+    pub body: String,
+    /// The server's certificate (DER).
+    pub cert: Vec<u8>,
+}
+
+/// `method path` with `body` (JSON, when not empty) to `addr` over TLS as `host`, on a new
+/// connection; `Err` with the handshake's or the connection's error.
+pub async fn https_request(
+    client: &tokio_rustls::TlsConnector,
+    addr: SocketAddr,
+    host: &str,
+    (method, path, body): (&str, &str, &str),
+) -> io::Result<HttpsAnswer> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(io::Error::other)?;
+    let mut tls = client.connect(name, tcp).await?;
+    let cert = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec()).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await?;
+    tls.write_all(body.as_bytes()).await?;
+    let mut raw = Vec::new();
+    // A server that closes without close_notify still gave what it sent.
+    if let Err(e) = tls.read_to_end(&mut raw).await
+        && raw.is_empty()
+    {
+        return Err(e);
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_owned());
+    Ok(HttpsAnswer { status, body, cert })
 }
 
 /// A TCP listener that does the server's TLS handshake (or, with no acceptor, hangs up as soon

@@ -209,6 +209,9 @@ impl Config {
         if let Some(ca) = self.server.extra_ca.as_deref().filter(|p| !std::path::Path::new(p).is_file()) {
             errors.push(err("server.extra_ca", format!("{ca:?} is not a readable file")));
         }
+        if let Some(Err(e)) = self.server.tls.as_ref().map(tls::server_config) {
+            errors.push(err("server.tls", e));
+        }
     }
 
     /// `[[keys]]`: ids unique, keys long enough, allowed connections configured.
@@ -457,6 +460,7 @@ mod recording;
 mod server;
 mod state;
 mod telemetry;
+pub mod tls;
 
 pub use connection::{ConnectionConfig, UsageLimitConfig};
 use error::err;

@@ -42,6 +42,8 @@ pub struct ServerConfig {
     /// the proxy `HTTPS_PROXY`, `HTTP_PROXY` or `ALL_PROXY` names, except for hosts `NO_PROXY`
     /// lists (upper or lower case, as curl reads them).
     pub proxy_from_env: bool,
+    /// Serve HTTPS with this certificate and key instead of plain HTTP (read again on reload).
+    pub tls: Option<super::tls::ServeTls>,
 }
 
 /// `[server] tls_roots`.
@@ -74,6 +76,7 @@ impl Default for ServerConfig {
             tls_roots: TlsRoots::Both,
             extra_ca: None,
             proxy_from_env: true,
+            tls: None,
         }
     }
 }

@@ -199,6 +199,40 @@ async fn google<C: Connect + Clone + Send + Sync + 'static>(
     }
 }
 
+/// How long a client has to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One HTTPS connection: the handshake (in its own task, with a deadline, so that a slow or
+/// silent client holds nothing else up), then HTTP/1.1 inside it.
+async fn serve_tls<I, S>(
+    acceptor: tokio_rustls::TlsAcceptor,
+    io: I,
+    peer: SocketAddr,
+    builder: hyper::server::conn::http1::Builder,
+    svc: S,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = Body> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, %peer, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    if let Err(e) = watcher.watch(builder.serve_connection(TokioIo::new(stream), svc)).await {
+        tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
+}
+
 /// Serves `gw` on `listener` until `shutdown` resolves, without reloads (see [`serve_live`]).
 pub async fn serve_gateway<L, C>(gw: Arc<Gateway<C>>, listener: L, shutdown: impl Future<Output = ()>)
 where
@@ -259,11 +293,16 @@ where
                         continue;
                     }
                 };
+                let tls = serving.tls();
                 let serving = Arc::clone(&serving);
                 let svc = service_fn(move |req| {
                     let serving = Arc::clone(&serving);
                     async move { Ok::<_, Infallible>(route(&serving, req, peer).await) }
                 });
+                if let Some(acceptor) = tls {
+                    tokio::spawn(serve_tls(acceptor, io, peer, builder.clone(), svc, graceful.watcher()));
+                    continue;
+                }
                 let conn = builder.serve_connection(TokioIo::new(io), svc);
                 let watched = graceful.watch(conn);
                 tokio::spawn(async move {

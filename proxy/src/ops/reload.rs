@@ -33,6 +33,8 @@ pub struct Serving<C> {
     pub(super) overrides: Mutex<crate::ops::overrides::Overrides>,
     /// Set once shutdown began: readiness is off from then on.
     draining: std::sync::atomic::AtomicBool,
+    /// `[server] tls`: the certificate new connections get, read again on every reload.
+    tls: RwLock<Option<tokio_rustls::TlsAcceptor>>,
 }
 
 /// What a reload changed, by id.
@@ -77,13 +79,27 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
             reloading: Mutex::new(()),
             overrides: Mutex::new(overrides),
             draining: std::sync::atomic::AtomicBool::new(false),
+            tls: RwLock::new(None),
         });
+        match gw.config.server.tls.as_ref().map(crate::config::tls::server_config).transpose() {
+            Ok(tls) => serving.set_tls(tls),
+            Err(e) => tracing::error!("server.tls: {e}; serving plain HTTP"),
+        }
         // Stored overrides apply from the start, over the file's settings.
         let mut config = gw.config.clone();
         if serving.overrides().apply(&mut config) {
             serving.install(gw.successor(config));
         }
         serving
+    }
+
+    /// What a new connection's TLS handshake uses (`None`: plain HTTP).
+    pub fn tls(&self) -> Option<tokio_rustls::TlsAcceptor> {
+        self.tls.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_tls(&self, tls: Option<std::sync::Arc<rustls::ServerConfig>>) {
+        *self.tls.write().unwrap_or_else(|p| p.into_inner()) = tls.map(tokio_rustls::TlsAcceptor::from);
     }
 
     /// Turns readiness off for good: shutdown has begun.
@@ -132,7 +148,15 @@ impl<C: Connect + Clone + Send + Sync + 'static> Serving<C> {
                 "this gateway was started without a config source to reload from",
             )]));
         };
-        let result = loader().and_then(|new| self.swap(new));
+        // The certificate files are read again even when the config text is unchanged: a
+        // renewed certificate at the same path is served from now on.
+        let result = loader().and_then(|new| {
+            let tls = new.server.tls.as_ref().map(crate::config::tls::server_config).transpose();
+            let tls = tls.map_err(|e| ConfigError(vec![crate::config::field_error("server.tls", e)]))?;
+            let report = self.swap(new)?;
+            self.set_tls(tls);
+            Ok(report)
+        });
         let serving = self.current();
         let data = match &result {
             Ok(r) => serde_json::to_value(r).unwrap_or_default(),
