@@ -23,13 +23,13 @@ use std::sync::Arc;
 #[command(name = "ferroute", version, about, long_about)]
 struct Cli {
     /// A TOML config file (see examples/ferroute.toml).
-    #[arg(long, short, value_name = "FILE")]
+    #[arg(long, short, value_name = "FILE", env = "FERROUTE_CONFIG", global = true)]
     config: Option<PathBuf>,
     /// Override server.listen (e.g. 127.0.0.1:9000).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "FERROUTE_LISTEN", global = true)]
     listen: Option<String>,
     /// Override server.data_dir.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", env = "FERROUTE_DATA_DIR", global = true)]
     data_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
@@ -44,6 +44,13 @@ enum Command {
     },
     /// List the FERROUTE_… environment variables and the settings they set.
     EnvVars,
+    /// Ask the running gateway (at --listen, else the config's server.listen) whether it is
+    /// live or ready; exit 0 only on a 200. For images without a shell or curl.
+    Probe {
+        /// `live` (/livez) or `ready` (/readyz).
+        #[arg(value_parser = ["live", "ready"], default_value = "ready")]
+        what: String,
+    },
     /// OAuth accounts: import the tokens an official client stored, or list them (never a
     /// secret). Uses --config and --data-dir like the gateway.
     Accounts {
@@ -205,6 +212,26 @@ fn main() -> std::process::ExitCode {
                 }
             };
         }
+        Some(Command::Probe { what }) => {
+            let listen = match &cli.listen {
+                Some(l) => Ok(l.clone()),
+                None => load(cli.config.as_ref()).map(|c| c.server.listen).map_err(|e| format!("{e:#}")),
+            };
+            let path = if what == "live" { "/livez" } else { "/readyz" };
+            return match listen
+                .and_then(|l| proxy::ops::probe::target(&l))
+                .and_then(|a| proxy::ops::probe::probe(a, path))
+            {
+                Ok(line) => {
+                    println!("{line}");
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("ferroute probe: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
         Some(Command::EnvVars) => {
             for (name, path) in ferroute_core::settings::env_names() {
                 println!("{name}\tresilience.{path}");
@@ -307,7 +334,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let local = gw_addr(&listener, listen);
     tracing::info!(listen = %local, data_dir = %data_dir.display(), "ferroute listening");
     // One machine-readable line on stdout, so that scripts and tests can use port 0.
-    println!("ferroute listening on http://{local}");
+    let scheme = if serving.tls().is_some() { "https" } else { "http" };
+    println!("ferroute listening on {scheme}://{local}");
     let hangups = reload_on_hangup(Arc::clone(&serving));
     serve_live(serving, listener, shutdown_signal()).await;
     hangups.abort();

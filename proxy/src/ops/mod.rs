@@ -14,5 +14,6 @@ pub mod events;
 pub mod google;
 pub mod overrides;
 pub mod overview;
+pub mod probe;
 pub mod reload;
 pub mod settings;
