@@ -66,11 +66,12 @@ pub async fn http_connect(credentials: Option<(&str, &str)>) -> Proxy {
                 .find(|(k, _)| k.trim().eq_ignore_ascii_case("proxy-authorization"))
                 .and_then(|(_, v)| v.trim().split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic")))
                 .map(|(_, token)| token.trim().to_owned());
-            if method != "CONNECT" {
-                return s.write_all(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n").await;
-            }
+            // Credentials first, as Squid does: any request without them gets 407.
             if expected.is_some() && auth != expected {
                 return s.write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n").await;
+            }
+            if method != "CONNECT" {
+                return s.write_all(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n").await;
             }
             let Ok(mut up) = TcpStream::connect(&target).await else {
                 return s.write_all(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n").await;

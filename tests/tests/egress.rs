@@ -202,3 +202,67 @@ async fn https_through_real_tinyproxy_and_dante() {
         "Dante's log: {log}"
     );
 }
+
+/// A plain `http` upstream behind an HTTP proxy is reached without a tunnel, as HTTP proxies
+/// expect (tinyproxy, like most, refuses `CONNECT` to ports other than 443): each request goes
+/// to the real tinyproxy in absolute form with its credentials in `Proxy-Authorization`, which
+/// the proxy takes off before the upstream sees the request. Wrong credentials are the
+/// connection's failure, never the provider's, and the combo falls back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_through_real_tinyproxy_in_absolute_form_with_credentials() {
+    if chaos::proxy_processes::available().is_none() {
+        return;
+    }
+    let w = world().await;
+    let lan = upstream(ScriptedUpstream::new().route("m", Script::always(Behaviour::echo()))).await;
+    let tiny = chaos::proxy_processes::tinyproxy("team", "s3cret").await;
+    // Provider `tls` of the combo, here a plain http upstream.
+    let provider = |proxy: &str| {
+        format!(
+            "[[providers]]\nid = \"tls\"\nbase_url = \"http://{}/v1\"\nmodels = [\"m\"]\nproxy = \"{proxy}\"\n\
+             [[connections]]\nid = \"t1\"\nprovider = \"tls\"\napi_key = \"sk-t\"\n",
+            lan.addr
+        )
+    };
+    let good = format!("http://team:s3cret@127.0.0.1:{}", tiny.port);
+    let (gw, g) = gateway(w.dir.path(), &w.ca, &provider(&good), w.plain.addr).await;
+    let r = chat(gw).await;
+    let why = g.history.last_error("t1").map(|e| e.message).unwrap_or_default();
+    assert_eq!((r.status, served_by(&r)), (200, Some("t1")), "{} {why}", r.body);
+    let log = tiny.log();
+    assert!(log.contains(&format!("): POST http://{}/v1/chat/completions HTTP/1.1", lan.addr)), "{log}");
+    assert!(!log.contains("): CONNECT "), "no tunnel for a plain upstream: {log}");
+    let seen = lan.script.requests();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        !seen[0].headers.contains_key("proxy-authorization"),
+        "the proxy takes its credentials off: {:?}",
+        seen[0].headers
+    );
+    assert_eq!(seen[0].headers.get("authorization").map(String::as_str), Some("Bearer sk-t"));
+
+    // tinyproxy answers wrong credentials on a plain request with 401 (not 407): the
+    // connection's authentication failure, never the provider's; the combo falls back.
+    let wrong = format!("http://team:nope@127.0.0.1:{}", tiny.port);
+    let (gw, g2) = gateway(w.dir.path(), &w.ca, &provider(&wrong), w.plain.addr).await;
+    let r = chat(gw).await;
+    assert_eq!((r.status, served_by(&r)), (200, Some("p1")), "{}", r.body);
+    let h = health_of(gw).await;
+    let tls = h["providers"].as_array().and_then(|a| a.iter().find(|p| p["id"] == "tls")).cloned().unwrap_or_default();
+    assert_eq!((tls["state"].as_str(), tls["failures"].as_u64()), (Some("CLOSED"), Some(0)), "{tls}");
+    assert_eq!(lan.script.requests().len(), 1, "the upstream saw nothing of the refused request");
+    drop(g2);
+
+    // A proxy that answers 407 (as Squid does): the connection's egress failure, named.
+    let strict = http_connect(Some(("team", "s3cret"))).await;
+    let (gw, g3) =
+        gateway(w.dir.path(), &w.ca, &provider(&format!("http://team:nope@{}", strict.addr)), w.plain.addr).await;
+    let r = chat(gw).await;
+    assert_eq!((r.status, served_by(&r)), (200, Some("p1")), "{}", r.body);
+    let said = g3.history.last_error("t1").map(|e| e.message).unwrap_or_default();
+    assert!(said.contains("refused the credentials (407)") && !said.contains("nope"), "{said}");
+    let h = health_of(gw).await;
+    let tls = h["providers"].as_array().and_then(|a| a.iter().find(|p| p["id"] == "tls")).cloned().unwrap_or_default();
+    assert_eq!((tls["state"].as_str(), tls["failures"].as_u64()), (Some("CLOSED"), Some(0)), "{tls}");
+    drop(g);
+}

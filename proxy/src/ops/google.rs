@@ -116,7 +116,8 @@ async fn counted_upstream<C: Connect + Clone + Send + Sync + 'static>(
     if let Ok(Some((name, value))) = gw.endpoints.credential(target.connection) {
         req = req.header(name.clone(), value.clone());
     }
-    let req = req.body(Full::new(Bytes::from(body.to_string()))).ok()?;
+    let mut req = req.body(Full::new(Bytes::from(body.to_string()))).ok()?;
+    let _ = gw.authorize_for_proxy(target.connection, &mut req);
     let budget = Duration::from_millis(gw.config.server.body_read_timeout_ms.max(1));
     let answer = async {
         let resp = gw.client_for(target.connection).request(req).await.map_err(|e| e.to_string())?;

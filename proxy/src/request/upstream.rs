@@ -298,9 +298,16 @@ async fn send<C: Connect + Clone + Send + Sync + 'static>(
         },
     );
     let deadline = crate::state::clock::deadline(clock.first_send, clock.budget);
+    let mut req = req;
+    let proxy = gw.authorize_for_proxy(attempt.target.connection, &mut req);
     let result = tokio::time::timeout_at(deadline, gw.client_for(attempt.target.connection).request(req)).await;
     gw.metrics.upstream_latency(&provider.id, seconds_since(started, gw.clock.now()));
     match result {
+        Ok(Ok(r)) if r.status() == http::StatusCode::PROXY_AUTHENTICATION_REQUIRED && proxy.is_some() => {
+            let shown = proxy.unwrap_or_default();
+            let message = format!("{} is unreachable: the proxy {shown} refused the credentials (407)", provider.id);
+            Err(crate::request::answer::failure_without_answer(attempt, message, AttemptOutcome::Egress))
+        }
         Ok(Ok(r)) => Ok((r, started)),
         Err(_) if clock.start_timeout.is_some_and(|s| s <= clock.execution) => {
             // The provider's own start timeout: a provider-level failure.

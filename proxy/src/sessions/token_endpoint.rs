@@ -106,12 +106,15 @@ pub async fn ask<C: Connect + Clone + Send + Sync + 'static>(
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json")
         .body(Full::new(Bytes::from(body.to_string())));
-    let req = match req {
+    let mut req = match req {
         Ok(r) => r,
         Err(e) => return Reply::Refused(format!("the token request cannot be built: {e}")),
     };
     // On its own task, so that an answer later than the timeout is still read and taken.
     let i = gw.config.connections.iter().position(|c| c.id == connection);
+    if let Some(i) = i {
+        let _ = gw.authorize_for_proxy(i, &mut req);
+    }
     let client = i.map_or(&gw.client, |i| gw.client_for(i)).clone();
     let clock = gw.clock;
     let (tx, rx) = oneshot::channel();

@@ -63,7 +63,10 @@ async fn call<C: Connect + Clone + Send + Sync + 'static>(
     if body.is_some() {
         b = b.header(http::header::CONTENT_TYPE, "application/json");
     }
-    let req = b.body(Full::new(Bytes::from(body.unwrap_or_default()))).ok()?;
+    let mut req = b.body(Full::new(Bytes::from(body.unwrap_or_default()))).ok()?;
+    if let Some(i) = gw.config.connections.iter().position(|c| c.id == connection.id) {
+        let _ = gw.authorize_for_proxy(i, &mut req);
+    }
     let limit = deadline.saturating_duration_since(gw.clock.now()).min(CALL_TIMEOUT);
     let fetch = async {
         let i = gw.config.connections.iter().position(|c| c.id == connection.id);

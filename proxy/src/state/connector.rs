@@ -5,11 +5,10 @@
 
 use crate::config::ServerConfig;
 use crate::state::gateway::outbound::Egress;
-use crate::state::outbound::{BoxError, Outbound, Via};
+use crate::state::outbound::{BoxError, Leg, Outbound, Via};
 use http::Uri;
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower_service::Service;
@@ -66,7 +65,7 @@ impl Egress for Upstream {
 }
 
 impl Service<Uri> for Upstream {
-    type Response = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+    type Response = MaybeHttpsStream<Leg>;
     type Error = BoxError;
     type Future = <HttpsConnector<Outbound> as Service<Uri>>::Future;
 

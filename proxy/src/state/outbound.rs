@@ -1,13 +1,15 @@
 //! How a connection's upstream requests leave: directly, through an HTTP proxy (a `CONNECT`
 //! tunnel, TLS to the upstream inside it) or a SOCKS5 proxy, as the connection's or its
 //! provider's `proxy` says, else as `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY`
-//! say (`[server] proxy_from_env`). The tunnels are hyper-util's own (`Tunnel`, `SocksV5`).
+//! say (`[server] proxy_from_env`). The tunnels are hyper-util's own (`Tunnel`, `SocksV5`). A
+//! plain `http` upstream behind an HTTP proxy is reached without a tunnel: its requests go to
+//! the proxy in absolute form, with the proxy's credentials in `Proxy-Authorization`.
 
 use crate::config::Config;
 pub use crate::config::proxy::{Via, mask};
 use http::Uri;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::proxy::{SocksV5, Tunnel};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
 use std::future::Future;
 use std::pin::Pin;
@@ -43,6 +45,20 @@ pub fn is_egress(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 impl Via {
+    /// A plain `http` upstream behind an HTTP proxy is asked through the proxy in absolute form
+    /// rather than inside a tunnel, so each request carries the proxy's credentials itself.
+    /// `None` when a request to `dst` goes straight to it or inside a tunnel; else the HTTP
+    /// proxy it goes to in absolute form (as health shows it) and the credentials it carries.
+    pub fn absolute_form(&self, dst: &Uri) -> Option<(String, Option<http::HeaderValue>)> {
+        if dst.scheme_str() != Some("http") {
+            return None;
+        }
+        match self.resolve(dst) {
+            Via::Http { auth, shown, .. } => Some((shown, auth)),
+            _ => None,
+        }
+    }
+
     /// What `dst` goes through: `Env` resolved for it.
     fn resolve(&self, dst: &Uri) -> Via {
         let Via::Env(m) = self else { return self.clone() };
@@ -75,8 +91,59 @@ impl Outbound {
     }
 }
 
+/// One connection to an upstream or to the proxy in front of it. `proxied`: a plain `http`
+/// upstream reached through an HTTP proxy without a tunnel, so that the client sends each
+/// request to the proxy in absolute form (`GET http://host/path`), as HTTP proxies expect
+/// (most refuse `CONNECT` to ports other than 443).
+pub struct Leg {
+    io: TokioIo<tokio::net::TcpStream>,
+    proxied: bool,
+}
+
+impl Connection for Leg {
+    fn connected(&self) -> Connected {
+        self.io.connected().proxy(self.proxied)
+    }
+}
+
+impl hyper::rt::Read for Leg {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for Leg {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+}
+
 impl Service<Uri> for Outbound {
-    type Response = TokioIo<tokio::net::TcpStream>;
+    type Response = Leg;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
@@ -88,10 +155,18 @@ impl Service<Uri> for Outbound {
         let http = self.http.clone();
         let via = self.via.resolve(&dst);
         Box::pin(async move {
-            match via {
+            let io = match via {
                 Via::Direct | Via::Env(_) => {
                     let mut http = http;
                     http.call(dst).await.map_err(Into::into)
+                }
+                Via::Http { proxy, shown, .. } if dst.scheme_str() == Some("http") => {
+                    let mut http = http;
+                    let io = http.call(proxy).await.map_err(|e| {
+                        let why = format!("the proxy {shown} cannot be reached: {}", chain(&e));
+                        Box::new(EgressError(why)) as BoxError
+                    })?;
+                    return Ok(Leg { io, proxied: true });
                 }
                 Via::Http { proxy, auth, shown } => {
                     let mut t = Tunnel::new(proxy, http);
@@ -112,7 +187,8 @@ impl Service<Uri> for Outbound {
                         Box::new(EgressError(format!("the SOCKS5 proxy {shown} refused: {}", chain(&e)))) as BoxError
                     })
                 }
-            }
+            }?;
+            Ok(Leg { io, proxied: false })
         })
     }
 }

@@ -61,7 +61,7 @@ pub struct Gateway<C> {
     pub client: UpstreamClient<C>,
     /// The clients by way out, and each connection's with how it leaves (by index).
     pool: outbound::SharedPool<C>,
-    routes: Vec<(UpstreamClient<C>, String)>,
+    routes: Vec<(UpstreamClient<C>, crate::state::outbound::Via, String)>,
     /// Upstream endpoints and credentials, prepared once per config.
     pub endpoints: Endpoints,
     /// Each provider's connection strategy, and whether its keys are tried in turn (by index).

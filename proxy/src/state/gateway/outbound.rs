@@ -41,10 +41,14 @@ impl<C: Clone> Pool<C> {
         Pool { make, by_key: Mutex::default() }
     }
 
-    /// Each connection's client and how it leaves (shown in health), for `config`; `get`
+    /// Each connection's client, how it leaves, and that as health shows it, for `config`; `get`
     /// reads the environment. A proxy setting the config check let through cannot fail here;
     /// should one, the connection goes direct and the log says why.
-    pub fn routes(&self, config: &Config, get: &dyn Fn(&str) -> Option<String>) -> Vec<(UpstreamClient<C>, String)> {
+    pub fn routes(
+        &self,
+        config: &Config,
+        get: &dyn Fn(&str) -> Option<String>,
+    ) -> Vec<(UpstreamClient<C>, Via, String)> {
         let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
         (0..config.connections.len())
             .map(|i| {
@@ -53,7 +57,8 @@ impl<C: Clone> Pool<C> {
                     Via::Direct
                 });
                 let client = by_key.entry(via.key()).or_insert_with(|| (self.make)(&via)).clone();
-                (client, via.shown())
+                let shown = via.shown();
+                (client, via, shown)
             })
             .collect()
     }

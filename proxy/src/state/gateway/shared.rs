@@ -22,13 +22,28 @@ impl<C: Connect + Clone + Send + Sync + 'static> Gateway<C> {
 
     /// The client connection `connection`'s requests go through (its proxy's, if any).
     pub fn client_for(&self, connection: usize) -> &super::UpstreamClient<C> {
-        self.routes.get(connection).map_or(&self.client, |(c, _)| c)
+        self.routes.get(connection).map_or(&self.client, |(c, _, _)| c)
     }
 
     /// How connection `connection` leaves (`none`, a proxy with its password masked, or `from
     /// the environment`).
     pub fn route_shown(&self, connection: usize) -> &str {
-        self.routes.get(connection).map_or("none", |(_, s)| s.as_str())
+        self.routes.get(connection).map_or("none", |(_, _, s)| s.as_str())
+    }
+
+    /// When connection `connection` sends `req` to a plain `http` upstream through an HTTP
+    /// proxy (in absolute form, not inside a tunnel): adds the proxy's credentials, and returns
+    /// the proxy as health shows it (its answers about itself, a 407, are then the connection's
+    /// egress failure). `None`, and nothing added, otherwise.
+    pub fn authorize_for_proxy<B>(&self, connection: usize, req: &mut http::Request<B>) -> Option<String> {
+        if req.uri().scheme_str() != Some("http") {
+            return None;
+        }
+        let (shown, auth) = self.routes.get(connection)?.1.absolute_form(req.uri())?;
+        if let Some(auth) = auth {
+            req.headers_mut().insert(http::header::PROXY_AUTHORIZATION, auth);
+        }
+        Some(shown)
     }
 
     /// Applies other replicas' changes (already aged for their transit), then settles: what
