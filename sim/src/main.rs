@@ -258,6 +258,14 @@ fn swarm_seeds(
     if let Some(n) = tally.all_reached_after {
         println!("every expected transition reached within the first {n} seeds");
     }
+    let playing = plan.answers.values().filter(|n| **n > 0).count();
+    let corpus = sim::swarm::answers::corpus_size();
+    println!("real answers: {playing} distinct corpus answers of {corpus} played across the seeds");
+    if std::env::var_os("SIM_SHOW_UNPLAYED").is_some() {
+        for id in sim::swarm::answers::ids().into_iter().filter(|id| !plan.answers.contains_key(id)) {
+            println!("  not played: {id}");
+        }
+    }
     println!("{seeds} swarm seeds, {} failed", tally.failures.len());
     eprintln!("{}", per_minute(seeds, wall.elapsed(), jobs).replace("runs", "seeds"));
     let unreached = sim::coverage::EXPECTED.iter().filter(|e| !tally.reached.contains_key(**e)).count();

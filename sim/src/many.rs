@@ -173,6 +173,8 @@ pub struct Swarm<'a> {
     pub tried: BTreeMap<Focus, u32>,
     /// The focus of each seed, in order.
     pub foci: Vec<(u64, Focus)>,
+    /// The corpus answers the seeds handed out play, with how many seeds play each.
+    pub answers: BTreeMap<&'static str, u32>,
     /// The runs so far.
     pub tally: Tally,
     /// Called with each result before it is tallied (a progress bar).
@@ -191,6 +193,7 @@ impl<'a> Swarm<'a> {
             until: None,
             tried: BTreeMap::new(),
             foci: Vec::new(),
+            answers: BTreeMap::new(),
             tally: Tally::default(),
             each: Box::new(|_| {}),
         }
@@ -213,7 +216,11 @@ impl Plan for Swarm<'_> {
         *self.tried.entry(focus).or_insert(0) += 1;
         self.foci.push((seed, focus));
         self.next += 1;
-        Some((swarm::generate_with(seed, focus), seed))
+        let s = swarm::generate_with(seed, focus);
+        for a in swarm::answers::drawn(&s).into_iter().collect::<std::collections::BTreeSet<_>>() {
+            *self.answers.entry(a).or_default() += 1;
+        }
+        Some((s, seed))
     }
 
     fn fold(&mut self, r: RunResult) {

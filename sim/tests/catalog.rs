@@ -192,7 +192,7 @@ fn swarm_seeds_meet_real_answers_stay_safe_and_heal() {
         let n = swarm::answers::drawable(format, false).len();
         assert!(n >= 5, "only {n} {format} answers of the corpus are drawable");
         eprintln!(
-            "{n} {format} answers of the corpus are drawable ({} with the terminal focus)",
+            "{n} {format} answers of the corpus are drawable ({} where one gateway renews its keys)",
             swarm::answers::drawable(format, true).len()
         );
     }

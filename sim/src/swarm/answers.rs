@@ -1,9 +1,10 @@
 //! Real answers as faults: a swarm seed replaces some of its 5 s fault slices with answers of
 //! the corpus (`scenarios/corpus/`), so that real answers meet partitions, restarts and replica
-//! races. A seed draws only answers whose effect heals within the liveness bound (read at the
-//! simulation's wall clock, as both of the swarm's provider classes would read them): passed,
-//! fallen back from, counted by the breaker, or cooling a key for at most 10 s; an answer that
-//! ends a key only under the terminal focus, whose operator renews every key.
+//! races. A seed of two replicas draws only answers whose effect heals within the liveness bound
+//! (read at the simulation's wall clock, as both of the swarm's provider classes would read
+//! them): passed, fallen back from, counted by the breaker, or cooling a key for at most 10 s.
+//! A seed of one gateway draws any answer; when one that ends a key, locks a model or cools a
+//! key for longer is drawn, its operator renews every key as the safety phase ends.
 
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
@@ -36,31 +37,43 @@ fn heals(d: &Decision, ended: bool) -> bool {
     }
 }
 
-/// The answers a provider of `format` may draw (`ended`: also those that end a key).
-pub fn drawable(format: &str, ended: bool) -> Vec<&'static Answer> {
+/// The ids of every corpus answer.
+pub fn ids() -> Vec<&'static str> {
+    CORPUS.iter().map(|a| a.id.as_str()).collect()
+}
+
+/// How many answers the corpus holds.
+pub fn corpus_size() -> usize {
+    CORPUS.len()
+}
+
+/// Whether `a` heals within the liveness bound by itself, read as both of the swarm's provider
+/// classes would read it (`ended`: a terminal state counts as healing).
+fn heals_as_both(a: &Answer, ended: bool) -> bool {
     let wall = crate::shared::WALL_START_MS;
-    CORPUS
-        .iter()
-        .filter(|a| a.format.name() == format)
-        .filter(|a| {
-            [ProviderClass::ApiKey, ProviderClass::Local].into_iter().all(|c| heals(&a.classify_as(c, wall), ended))
-        })
-        .collect()
+    [ProviderClass::ApiKey, ProviderClass::Local].into_iter().all(|c| heals(&a.classify_as(c, wall), ended))
+}
+
+/// The answers a provider of `format` may draw: those that heal by themselves, or with
+/// `renewable` (a seed whose operator renews every key as the safety phase ends) all of them.
+pub fn drawable(format: &str, renewable: bool) -> Vec<&'static Answer> {
+    CORPUS.iter().filter(|a| a.format.name() == format && (renewable || heals_as_both(a, false))).collect()
 }
 
 /// A corpus answer instead of a drawn fault, for a share of slices (its own random stream, so
-/// the rest of a seed's scenario is what it was without the corpus).
-pub fn instead(rc: &mut ChaCha8Rng, format: &str, ended: bool) -> Option<Behaviour> {
+/// the rest of a seed's scenario is what it was without the corpus), with whether it heals by
+/// itself (else the seed's operator must renew its keys).
+pub fn instead(rc: &mut ChaCha8Rng, format: &str, renewable: bool) -> Option<(Behaviour, bool)> {
     if !rc.random_bool(SHARE) {
         return None;
     }
-    let pool = drawable(format, ended);
+    let pool = drawable(format, renewable);
     if pool.is_empty() {
         return None;
     }
     let a = pool[rc.random_range(0..pool.len())];
     let headers: Vec<(&str, &str)> = a.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-    Some(Behaviour::status_with(a.status, &headers, &a.body))
+    Some((Behaviour::status_with(a.status, &headers, &a.body), heals_as_both(a, false)))
 }
 
 /// The ids of the corpus answers `s`'s upstreams play.
@@ -70,8 +83,13 @@ pub fn drawn(s: &Scenario) -> Vec<&'static str> {
         for script in up.routes.values() {
             let scenarios::Mode::Schedule { windows, .. } = &script.0 else { continue };
             for w in windows {
-                if let Behaviour::Respond { status, body, .. } = &w.behaviour
-                    && let Some(a) = CORPUS.iter().find(|a| a.status == *status && a.body == *body)
+                // Answers may share a status and body and differ only in their headers.
+                let same = |a: &Answer, headers: &std::collections::BTreeMap<String, String>| {
+                    a.headers.len() == headers.len()
+                        && a.headers.iter().all(|(n, v)| headers.get(n.as_str()).is_some_and(|h| h == v))
+                };
+                if let Behaviour::Respond { status, headers, body, .. } = &w.behaviour
+                    && let Some(a) = CORPUS.iter().find(|a| a.status == *status && a.body == *body && same(a, headers))
                 {
                     out.push(a.id.as_str());
                 }

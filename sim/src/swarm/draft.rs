@@ -24,6 +24,11 @@ pub(crate) struct Draft {
     /// The API-key connections.
     pub connections: Vec<String>,
     pub providers: usize,
+    /// Keys may end or stay locked past the liveness bound (real answers that do so were
+    /// drawn): the operator renews every key as the safety phase ends.
+    pub renew: bool,
+    /// Whether such answers may be drawn (a seed of one gateway, whose reload renews them).
+    pub renewable: bool,
 }
 
 impl Draft {

@@ -183,18 +183,7 @@ pub(super) fn windows(focus: Focus, rf: &mut ChaCha8Rng, p: usize, windows: &mut
 /// What the focus adds to the gateway's config, workload and faults once the rest is drawn.
 pub(super) fn apply(focus: Focus, d: &mut Draft, rf: &mut ChaCha8Rng) {
     match focus {
-        Focus::Terminal => {
-            // Terminal states last until the credentials change: the operator renews every
-            // key as the safety phase ends.
-            let renewed = d.gateway.replace("api_key = \"sk-", "api_key = \"sk-renewed-");
-            d.faults.push(Fault {
-                at_ms: SAFETY_MS,
-                action: FaultAction::Reload,
-                a: "gateway".into(),
-                b: String::new(),
-                gateway: Some(renewed),
-            });
-        }
+        Focus::Terminal => renew_keys(d),
         Focus::Lockout => {
             let base = rf.random_range(2_000..10_000u64);
             d.gateway.push_str(&format!(
@@ -219,6 +208,20 @@ pub(super) fn apply(focus: Focus, d: &mut Draft, rf: &mut ChaCha8Rng) {
         Focus::Lane => lane(d, rf),
         _ => {}
     }
+}
+
+/// Terminal states, and cooldowns and lockouts longer than the liveness bound, last until the
+/// credentials change: the operator renews every key as the safety phase ends (a reload of the
+/// one gateway; a reload resets what a key with new credentials had earned).
+pub(super) fn renew_keys(d: &mut Draft) {
+    let renewed = d.gateway.replace("api_key = \"sk-", "api_key = \"sk-renewed-");
+    d.faults.push(Fault {
+        at_ms: SAFETY_MS,
+        action: FaultAction::Reload,
+        a: "gateway".into(),
+        b: String::new(),
+        gateway: Some(renewed),
+    });
 }
 
 const ADMIN_KEY: &str = "sim-admin-key-0123456789";

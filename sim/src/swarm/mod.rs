@@ -98,6 +98,12 @@ pub fn generate_with(seed: u64, focus: Focus) -> Scenario {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5a17);
     let mut rf = ChaCha8Rng::seed_from_u64(seed ^ 0xf0c5_0f0c);
     let mut d = Draft { providers: rng.random_range(1..=3usize), ..Default::default() };
+    // Some seeds run a second replica sharing state through the store. (Its own stream of the
+    // seed, so that the rest of the scenario is what it was without replicas.)
+    let mut rr = ChaCha8Rng::seed_from_u64(seed ^ 0x2e91_1ca5);
+    let replicas = focus.replicas(rr.random_bool(0.3));
+    // One gateway renews its keys with a reload: such a seed may draw any real answer.
+    d.renewable = !replicas;
     let mut rc = ChaCha8Rng::seed_from_u64(seed ^ 0xa45e_c0de);
     let mut rn = ChaCha8Rng::seed_from_u64(seed ^ 0x6e77_f0a7);
     providers(&mut d, (&mut rng, &mut rf, &mut rc, &mut rn), focus);
@@ -124,14 +130,14 @@ pub fn generate_with(seed: u64, focus: Focus) -> Scenario {
     }
     safety_workload(&mut d, &mut rng, affinity);
     liveness(&mut d, &mut rng);
-    // Some seeds run a second replica sharing state through the store. (Its own stream of the
-    // seed, so that the rest of the scenario is what it was without replicas.)
-    let mut rr = ChaCha8Rng::seed_from_u64(seed ^ 0x2e91_1ca5);
-    if focus.replicas(rr.random_bool(0.3)) {
+    if replicas {
         second_replica(&mut d, &mut rr);
     }
     let token_server = oauth::accounts(seed, focus, &mut d);
     focus::apply(focus, &mut d, &mut rf);
+    if d.renew && focus != Focus::Terminal {
+        focus::renew_keys(&mut d);
+    }
     let name =
         if focus == Focus::drawn(seed) { format!("swarm-{seed}") } else { format!("swarm-{seed}-{}", focus.name()) };
     Scenario {
@@ -213,7 +219,13 @@ fn providers(d: &mut Draft, rngs: (&mut ChaCha8Rng, &mut ChaCha8Rng, &mut ChaCha
         for k in 0..slices {
             if rng.random_bool(0.6) {
                 let drawn = fault(rng, format);
-                let drawn = answers::instead(rc, format, focus == Focus::Terminal).unwrap_or(drawn);
+                let drawn = match answers::instead(rc, format, d.renewable) {
+                    Some((real, heals)) => {
+                        d.renew |= !heals;
+                        real
+                    }
+                    None => drawn,
+                };
                 let behaviour = focus::slice(focus, rf).unwrap_or(drawn);
                 windows.push(Window { from_ms: k * 5_000, to_ms: (k + 1) * 5_000, behaviour });
             }
