@@ -131,10 +131,39 @@ impl Recorder {
             let how = if until < prev { "moved earlier" } else { "was announced again, not extended" };
             self.gw_violate(at, format!("the cooldown of {connection} {how}, from {prev} ms to {until} ms"));
         }
+        self.no_later_than_announced(at, format!("cooldown of {connection}"), until, |v| {
+            v.cooling_until.get(connection).copied()
+        });
         self.view.cooling_until.insert(connection.to_owned(), until);
         self.climbed(at, connection, until, level);
         let lane = self.lane(format!("conn:{connection}"));
         self.span(lane, "cooldown", (at, Some(until)), String::new());
+    }
+
+    /// A replica's view of another's cooldown or lockout ends when the publisher's does: what
+    /// it applies from the shared state (joining late, after a partition, or live) was aged by
+    /// the time it spent in transit and in the store, so it never ends later than any other
+    /// replica announced it, give or take the links' delay.
+    fn no_later_than_announced(
+        &mut self,
+        at: u64,
+        what: String,
+        until: u64,
+        announced: impl Fn(&super::View) -> Option<u64>,
+    ) {
+        /// The links' delay and the simulation's tick, with room to spare.
+        const SLACK_MS: u64 = 100;
+        if self.view.peers_at != Some(at) {
+            return;
+        }
+        let Some(theirs) = self.views.values().filter_map(&announced).max() else { return };
+        if until > theirs + SLACK_MS {
+            let late = secs(until - theirs);
+            self.gw_violate(
+                at,
+                format!("the {what} applied from another replica ends {late} after the one it announced"),
+            );
+        }
     }
 
     /// The backoff ladder climbs (M3): a connection's own account-level failure that starts a
@@ -211,6 +240,8 @@ impl Recorder {
         self.gw_note(at, format!("lockout {provider}/{model} on {connection} for {len}"));
         let until = at + cooldown.as_millis() as u64;
         let key = (provider.to_owned(), connection.to_owned(), model.to_owned());
+        let what = format!("lockout of {provider}/{model} on {connection}");
+        self.no_later_than_announced(at, what, until, |v| v.locked_until.get(&key).copied());
         let slot = self.view.locked_until.entry(key).or_insert(until);
         *slot = (*slot).max(until);
         let lane = self.lane(format!("lock:{provider}/{connection}/{model}"));
