@@ -104,6 +104,10 @@ pub struct ResponseExpect {
     /// Texts the answer's body does not contain.
     #[serde(default)]
     pub body_lacks: Vec<String>,
+    /// The answer's body is byte for byte that of another request, `client#seq` (a settings
+    /// read before and after a refused change).
+    #[serde(default)]
+    pub same_body_as: Option<String>,
     /// The exchange took at least this long, from the request to its end (ms).
     #[serde(default)]
     pub min_ms: Option<u64>,

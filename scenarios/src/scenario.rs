@@ -157,6 +157,8 @@ pub enum Method {
     Delete,
     /// `GET` (health, listings).
     Get,
+    /// `PATCH` (runtime settings).
+    Patch,
 }
 
 impl Method {
@@ -166,6 +168,7 @@ impl Method {
             Method::Post => http::Method::POST,
             Method::Delete => http::Method::DELETE,
             Method::Get => http::Method::GET,
+            Method::Patch => http::Method::PATCH,
         }
     }
 }

@@ -209,7 +209,21 @@ fn check_responses(s: &mut Shared, t: u64, exp: &[scenarios::scenario::ResponseE
             s.rec.violate(t, format!("response {}#{}: no such request", r.client, r.seq));
             continue;
         };
-        for b in mismatches(r, o) {
+        let mut bad = mismatches(r, o);
+        if let Some(other) = &r.same_body_as {
+            let same = other.rsplit_once('#').and_then(|(c, n)| {
+                let n: u64 = n.parse().ok()?;
+                s.rec.outcomes.iter().find(|x| x.client == c && x.seq == n)
+            });
+            match same {
+                None => bad.push(format!("no request {other} to compare the body with")),
+                Some(x) if x.body != o.body => {
+                    bad.push(format!("body differs from {other}'s: {} vs {}", o.body, x.body));
+                }
+                Some(_) => {}
+            }
+        }
+        for b in bad {
             s.rec.violate(t, format!("response {}#{}: {b}", r.client, r.seq));
         }
     }
