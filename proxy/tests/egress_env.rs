@@ -11,6 +11,20 @@ use common::{chat_at, spawn_with_env};
 use scenarios::{Behaviour, Script, ScriptedUpstream};
 use std::sync::Arc;
 
+/// A config in `dir` with one provider at `https://localhost:{port}`, trusting `ca`; its path.
+fn config(dir: &std::path::Path, ca: &Ca, port: u16) -> std::path::PathBuf {
+    let ca_path = dir.join("ca.pem");
+    std::fs::write(&ca_path, ca.pem()).expect("CA file");
+    let cfg = format!(
+        "[server]\ndata_dir = \"{}\"\nextra_ca = \"{}\"\n[[providers]]\nid = \"up\"\nbase_url = \"https://localhost:{port}/v1\"\nmodels = [\"m\"]\n[[connections]]\nid = \"k1\"\nprovider = \"up\"\napi_key = \"sk-1\"\n",
+        dir.join("data").display(),
+        ca_path.display(),
+    );
+    let cfg_path = dir.join("ferroute.toml");
+    std::fs::write(&cfg_path, cfg).expect("config");
+    cfg_path
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_proxy_from_the_environment_carries_the_request_and_no_proxy_bypasses_it() {
     let ca = Ca::new("Ferroute env-proxy test CA");
@@ -18,16 +32,7 @@ async fn https_proxy_from_the_environment_carries_the_request_and_no_proxy_bypas
     let up = tls_upstream(Some(ca.leaf(&["localhost"], 4000)), script).await;
     let proxy = http_connect(None).await;
     let dir = tempfile::tempdir().expect("dir");
-    let ca_path = dir.path().join("ca.pem");
-    std::fs::write(&ca_path, ca.pem()).expect("CA file");
-    let cfg = format!(
-        "[server]\ndata_dir = \"{}\"\nextra_ca = \"{}\"\n[[providers]]\nid = \"up\"\nbase_url = \"https://localhost:{}/v1\"\nmodels = [\"m\"]\n[[connections]]\nid = \"k1\"\nprovider = \"up\"\napi_key = \"sk-1\"\n",
-        dir.path().join("data").display(),
-        ca_path.display(),
-        up.port()
-    );
-    let cfg_path = dir.path().join("ferroute.toml");
-    std::fs::write(&cfg_path, cfg).expect("config");
+    let cfg_path = config(dir.path(), &ca, up.port());
     let args = ["--config", cfg_path.to_str().expect("path")];
     let https_proxy = format!("http://{}", proxy.addr);
 
@@ -58,16 +63,7 @@ async fn the_openai_sdk_reaches_an_https_upstream_only_through_tinyproxy_and_no_
     let up = tls_upstream(Some(ca.leaf(&["localhost"], 4000)), script.clone()).await;
     let tiny = chaos::proxy_processes::tinyproxy("team", "s3cret").await;
     let dir = tempfile::tempdir().expect("dir");
-    let ca_path = dir.path().join("ca.pem");
-    std::fs::write(&ca_path, ca.pem()).expect("CA file");
-    let cfg = format!(
-        "[server]\ndata_dir = \"{}\"\nextra_ca = \"{}\"\n[[providers]]\nid = \"up\"\nbase_url = \"https://localhost:{}/v1\"\nmodels = [\"m\"]\n[[connections]]\nid = \"k1\"\nprovider = \"up\"\napi_key = \"sk-1\"\n",
-        dir.path().join("data").display(),
-        ca_path.display(),
-        up.port()
-    );
-    let cfg_path = dir.path().join("ferroute.toml");
-    std::fs::write(&cfg_path, cfg).expect("config");
+    let cfg_path = config(dir.path(), &ca, up.port());
     let args = ["--config", cfg_path.to_str().expect("path")];
     let https_proxy = format!("http://team:s3cret@127.0.0.1:{}", tiny.port);
     let sdk = |base: String, words: &'static str| {
