@@ -190,6 +190,7 @@ async fn the_dashboard_logs_in_updates_live_and_steers_the_gateway_in_chromium()
     an_open_breaker_shows_live(&b, &p.base).await;
     a_lockout_is_re_enabled_from_its_row(&b, &p.base).await;
     the_other_views_show_what_happened(&b, &p.base).await;
+    a_phone_sized_window_scrolls_nothing_sideways(&b).await;
     settings_are_checked_then_applied(&b, &p.base).await;
     other_settings_are_checked_then_applied(&b, &p.base).await;
     the_emergency_switch_reaches_health(&b, &p.base).await;
@@ -397,6 +398,22 @@ async fn the_other_views_show_what_happened(b: &Browser, base: &str) {
     assert!(svg.body.contains(">breaker:flaky<") && svg.body.contains(">lock:keys/k1/busy<"), "{}", svg.body);
     b.eval("document.getElementById('timeline').scrollIntoView()").await;
     b.screenshot("timeline").await;
+}
+
+/// At 390 px wide (a phone) the page is no wider than the window: tables scroll inside their
+/// section, the navigation wraps.
+async fn a_phone_sized_window_scrolls_nothing_sideways(b: &Browser) {
+    let rect = |w: u32, h: u32| json!({"width": w, "height": h});
+    wd("POST", &b.at("/window/rect"), &rect(390, 844)).await;
+    let js = "return [document.documentElement.scrollWidth, window.innerWidth, document.querySelector('nav').getBoundingClientRect().right]";
+    let v = b.eval(js).await;
+    let (page, window, nav) =
+        (v[0].as_f64().unwrap_or(0.0), v[1].as_f64().unwrap_or(0.0), v[2].as_f64().unwrap_or(0.0));
+    assert!(
+        window > 0.0 && page <= window && nav <= window,
+        "at 390 px: page {page}, window {window}, nav ends at {nav}"
+    );
+    wd("POST", &b.at("/window/rect"), &rect(1280, 1800)).await;
 }
 
 /// The settings besides the lockout card: an out-of-range breaker threshold shows its error
