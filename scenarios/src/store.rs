@@ -16,7 +16,6 @@ use crate::net::Listener;
 use crate::store_lua::Scripts;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -52,6 +51,9 @@ pub enum Write {
         now_ms: u64,
     },
 }
+
+/// Most expired fields one prune removes (the gateway's Redis store uses the same batch).
+const PRUNE_BATCH: usize = 2_000;
 
 /// A request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,12 +97,10 @@ pub enum Request {
 }
 
 struct Inner {
-    hash: BTreeMap<String, String>,
-    /// The end of each field that has one.
-    expiry: BTreeMap<String, u64>,
     published: u64,
     followers: Vec<mpsc::UnboundedSender<String>>,
-    /// Ferroute's lease and token scripts over their own keyspace.
+    /// Ferroute's lease, token and pruning scripts, over the keyspace that also holds the shared
+    /// state (`sim:state`, with deadlines in `sim:expiry`).
     scripts: Scripts,
 }
 
@@ -120,8 +120,7 @@ impl StoreHost {
     pub fn new() -> Arc<StoreHost> {
         // The scripts are compiled into the binary; a failure to load them is a build mistake.
         let scripts = Scripts::new().unwrap_or_else(|e| panic!("Ferroute's Redis scripts do not load: {e}"));
-        let inner =
-            Inner { hash: BTreeMap::new(), expiry: BTreeMap::new(), published: 0, followers: Vec::new(), scripts };
+        let inner = Inner { published: 0, followers: Vec::new(), scripts };
         Arc::new(StoreHost { inner: Mutex::new(inner) })
     }
 
@@ -131,7 +130,7 @@ impl StoreHost {
 
     /// The stored fields (for checks).
     pub fn fields(&self) -> Vec<String> {
-        self.lock().hash.keys().cloned().collect()
+        self.lock().scripts.state().into_iter().map(|(f, _)| f).collect()
     }
 
     /// Answers one request (not `follow`).
@@ -140,39 +139,32 @@ impl StoreHost {
         match req {
             Request::Apply { ops } => {
                 for op in ops {
-                    match op {
-                        Write::Set { field, value, expires_ms } => {
-                            match expires_ms {
-                                Some(at) => s.expiry.insert(field.clone(), at),
-                                None => s.expiry.remove(&field),
-                            };
-                            s.hash.insert(field, value);
-                        }
-                        Write::Prune { now_ms } => {
-                            let gone: Vec<String> =
-                                s.expiry.iter().filter(|(_, at)| **at <= now_ms).map(|(f, _)| f.clone()).collect();
-                            for f in gone {
-                                s.expiry.remove(&f);
-                                s.hash.remove(&f);
+                    let done = match op {
+                        Write::Set { field, value, expires_ms } => s.scripts.set_field(&field, &value, expires_ms),
+                        // As the gateway's Redis store runs it: batch after batch while one is full.
+                        Write::Prune { now_ms } => loop {
+                            match s.scripts.prune(now_ms, PRUNE_BATCH) {
+                                Ok(gone) if gone as usize == PRUNE_BATCH => continue,
+                                done => break done.map(|_| ()),
                             }
-                        }
-                        Write::Delete { fields } => {
-                            for f in fields {
-                                s.expiry.remove(&f);
-                                s.hash.remove(&f);
-                            }
-                        }
+                        },
+                        Write::Delete { fields } if fields.is_empty() => Ok(()),
+                        Write::Delete { fields } => s.scripts.delete_fields(&fields),
                         Write::Publish { message } => {
                             s.published += 1;
                             s.followers.retain(|f| f.send(message.clone()).is_ok());
+                            Ok(())
                         }
+                    };
+                    if let Err(e) = done {
+                        return json!({ "err": e });
                     }
                 }
                 json!({"ok": null})
             }
-            Request::Fields => json!({"ok": s.hash.keys().collect::<Vec<_>>()}),
+            Request::Fields => json!({"ok": s.scripts.state().into_iter().map(|(f, _)| f).collect::<Vec<_>>()}),
             Request::Published => json!({"ok": s.published}),
-            Request::Load => json!({"ok": s.hash.iter().map(|(k, v)| [k, v]).collect::<Vec<_>>()}),
+            Request::Load => json!({"ok": s.scripts.state().into_iter().map(|(k, v)| [k, v]).collect::<Vec<_>>()}),
             Request::Lease { name, now, retain_ms, args } => match s.scripts.lease(&name, now, retain_ms, &args) {
                 Ok(reply) => json!({ "ok": reply }),
                 Err(e) => json!({ "err": e }),
@@ -245,6 +237,15 @@ mod tests {
             Write::Delete { fields: vec!["a".into()] },
         ]);
         assert_eq!(s.handle(Request::Load), json!({"ok": [["b", "2"]]}));
+        // prune_redis.lua itself removes what has ended, and keeps a field rewritten without an end.
+        apply(vec![
+            Write::Set { field: "l1".into(), value: "x".into(), expires_ms: Some(500) },
+            Write::Set { field: "l2".into(), value: "y".into(), expires_ms: Some(900) },
+            Write::Set { field: "b".into(), value: "3".into(), expires_ms: Some(100) },
+            Write::Set { field: "b".into(), value: "4".into(), expires_ms: None },
+            Write::Prune { now_ms: 600 },
+        ]);
+        assert_eq!(s.handle(Request::Fields), json!({"ok": ["b", "l2"]}));
         let lease = |name: &str, now: u64, args: &[&str]| {
             let args = args.iter().map(|a| (*a).to_owned()).collect();
             s.handle(Request::Lease { name: name.into(), now, retain_ms: 10_000, args })

@@ -1,7 +1,10 @@
-//! Ferroute's own Redis scripts (`lease_redis.lua`, `oauth_redis.lua`), run as they are by an
-//! embedded Lua 5.1 (Redis's Lua) over an in-memory keyspace that answers the few commands they
-//! call (`GET`, `SET`, `DEL`, `INCR`, `HGET`, `HMGET`, `HSET`, `HINCRBY`, `SADD`, `SREM`,
-//! `SMEMBERS`, `PEXPIRE`) with Redis's replies. So the simulation's store host runs the very
+//! Ferroute's own Redis scripts (`lease_redis.lua`, `oauth_redis.lua`, `prune_redis.lua`), run as
+//! they are by an embedded Lua 5.1 (Redis's Lua) over an in-memory keyspace that answers the few
+//! commands they call (`GET`, `SET`, `DEL`, `INCR`, `HGET`, `HMGET`, `HSET`, `HINCRBY`, `HDEL`,
+//! `SADD`, `SREM`, `SMEMBERS`, `ZADD`, `ZREM`, `ZRANGEBYSCORE`, `PEXPIRE`) with Redis's replies.
+//! The shared state itself (the hash `sim:state` and its deadlines in the sorted set
+//! `sim:expiry`) lives in the same keyspace, written with the commands the gateway's pipeline
+//! sends to Redis. So the simulation's store host runs the very
 //! logic Redis runs, and a change to a script is a change in the simulation too;
 //! `sim/tests/store_contract.rs` and `token_contract.rs` hold the two to the same answers.
 //!
@@ -16,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 const LEASE: &str = include_str!("../../proxy/src/replicas/lease_redis.lua");
 const TOKENS: &str = include_str!("../../proxy/src/replicas/oauth_redis.lua");
+const PRUNE: &str = include_str!("../../proxy/src/replicas/prune_redis.lua");
 
 /// The key prefix the scripts are run under (each store host is its own keyspace).
 pub const PREFIX: &str = "sim";
@@ -25,6 +29,8 @@ enum Entry {
     Str(String),
     Hash(BTreeMap<String, String>),
     Set(BTreeSet<String>),
+    /// A sorted set: member → score.
+    Zset(BTreeMap<String, f64>),
 }
 
 /// The keyspace: entries, the deadlines `PEXPIRE` set (Unix ms), and the clock of the script
@@ -119,7 +125,8 @@ fn command(space: &mut Space, w: &[String]) -> Result<Reply, String> {
             }
             string(&mut space.entries, &name, &arg)?
         }
-        "HGET" | "HMGET" | "HSET" | "HINCRBY" => hash(&mut space.entries, &name, w, &arg)?,
+        "HGET" | "HMGET" | "HSET" | "HINCRBY" | "HDEL" | "HGETALL" => hash(&mut space.entries, &name, w, &arg)?,
+        "ZADD" | "ZREM" | "ZRANGEBYSCORE" => zset(&mut space.entries, &name, w, &arg)?,
         "SADD" | "SREM" | "SMEMBERS" => set(&mut space.entries, &name, w, &arg)?,
         other => {
             return Err(format!(
@@ -133,6 +140,7 @@ fn command(space: &mut Space, w: &[String]) -> Result<Reply, String> {
         let emptied = match space.entries.get(key) {
             Some(Entry::Hash(h)) => h.is_empty(),
             Some(Entry::Set(s)) => s.is_empty(),
+            Some(Entry::Zset(z)) => z.is_empty(),
             Some(Entry::Str(_)) => false,
             None => true,
         };
@@ -182,6 +190,10 @@ fn hash<'a>(k: &mut BTreeMap<String, Entry>, name: &str, w: &'a [String], arg: &
         "HMGET" => {
             Reply::Array(w[2..].iter().map(|f| h.get(f).map_or(Reply::Nil, |v| Reply::Bulk(v.clone()))).collect())
         }
+        "HDEL" => Reply::Int(w[2..].iter().filter(|f| h.remove(f.as_str()).is_some()).count() as i64),
+        "HGETALL" => {
+            Reply::Array(h.iter().flat_map(|(f, v)| [Reply::Bulk(f.clone()), Reply::Bulk(v.clone())]).collect())
+        }
         "HSET" => {
             if w.len() < 4 || !w.len().is_multiple_of(2) {
                 return Err("ERR wrong number of arguments for 'hset' command".to_owned());
@@ -197,6 +209,47 @@ fn hash<'a>(k: &mut BTreeMap<String, Entry>, name: &str, w: &'a [String], arg: &
         }
     };
     Ok(reply)
+}
+
+/// A score bound of `ZRANGEBYSCORE`: a number, `-inf` or `+inf` (inclusive; `(` not used).
+fn bound(s: &str) -> Result<f64, String> {
+    match s {
+        "-inf" => Ok(f64::NEG_INFINITY),
+        "+inf" | "inf" => Ok(f64::INFINITY),
+        n => n.parse().map_err(|_| "ERR min or max is not a float".to_owned()),
+    }
+}
+
+/// `ZADD key score member`, `ZREM key member…`, `ZRANGEBYSCORE key min max [LIMIT offset
+/// count]` (members by score, then by name, as Redis orders them).
+fn zset<'a>(k: &mut BTreeMap<String, Entry>, name: &str, w: &'a [String], arg: &Arg<'a>) -> Result<Reply, String> {
+    let key = arg(1)?;
+    let z = match k.entry(key.to_owned()).or_insert_with(|| Entry::Zset(BTreeMap::new())) {
+        Entry::Zset(z) => z,
+        _ => return Err(WRONGTYPE.to_owned()),
+    };
+    Ok(match name {
+        "ZADD" => {
+            let score = bound(arg(2)?).map_err(|_| "ERR value is not a valid float".to_owned())?;
+            Reply::Int(i64::from(z.insert(arg(3)?.to_owned(), score).is_none()))
+        }
+        "ZREM" => Reply::Int(w[2..].iter().filter(|m| z.remove(m.as_str()).is_some()).count() as i64),
+        _ => {
+            let (min, max) = (bound(arg(2)?)?, bound(arg(3)?)?);
+            let (skip, take) = match w.get(4).map(|l| l.to_ascii_uppercase()) {
+                Some(l) if l == "LIMIT" => {
+                    let count = int(arg(6)?, "value")?;
+                    (int(arg(5)?, "value")?.max(0) as usize, if count < 0 { usize::MAX } else { count as usize })
+                }
+                Some(_) => return Err("ERR syntax error".to_owned()),
+                None => (0, usize::MAX),
+            };
+            let mut hits: Vec<(&String, f64)> =
+                z.iter().filter(|(_, s)| **s >= min && **s <= max).map(|(m, s)| (m, *s)).collect();
+            hits.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(b.0)));
+            Reply::Array(hits.into_iter().skip(skip).take(take).map(|(m, _)| Reply::Bulk(m.clone())).collect())
+        }
+    })
 }
 
 /// `SADD`, `SREM`, `SMEMBERS` on a set key.
@@ -262,6 +315,7 @@ pub struct Scripts {
     store: Keys,
     lease: Function,
     tokens: Function,
+    prune: Function,
 }
 
 impl std::fmt::Debug for Scripts {
@@ -275,7 +329,7 @@ impl Scripts {
     pub fn new() -> Result<Scripts, String> {
         let lua = Lua::new();
         let store: Keys = Arc::default();
-        let setup = || -> mlua::Result<(Function, Function)> {
+        let setup = || -> mlua::Result<(Function, Function, Function)> {
             let redis = lua.create_table()?;
             let k = Arc::clone(&store);
             let call = lua.create_function(move |lua, args: MultiValue| {
@@ -294,19 +348,69 @@ impl Scripts {
             Ok((
                 lua.load(LEASE).set_name("lease_redis.lua").into_function()?,
                 lua.load(TOKENS).set_name("oauth_redis.lua").into_function()?,
+                lua.load(PRUNE).set_name("prune_redis.lua").into_function()?,
             ))
         };
-        let (lease, tokens) = setup().map_err(|e| e.to_string())?;
-        Ok(Scripts { lua, store, lease, tokens })
+        let (lease, tokens, prune) = setup().map_err(|e| e.to_string())?;
+        Ok(Scripts { lua, store, lease, tokens, prune })
     }
 
     fn run(&self, script: &Function, now: u64, argv: Vec<String>) -> Result<Vec<Option<String>>, String> {
+        from_lua(self.call(script, now, argv)?)
+    }
+
+    fn call(&self, script: &Function, now: u64, argv: Vec<String>) -> Result<Value, String> {
         keys(&self.store).at(now);
         let set = || -> mlua::Result<Value> {
             self.lua.globals().set("ARGV", self.lua.create_sequence_from(argv)?)?;
             script.call::<Value>(())
         };
-        from_lua(set().map_err(|e| e.to_string())?)
+        set().map_err(|e| e.to_string())
+    }
+
+    /// Commands on the keyspace, as the gateway's pipeline sends them to Redis.
+    fn commands(&self, all: &[Vec<String>]) -> Result<Vec<Reply>, String> {
+        let mut space = keys(&self.store);
+        all.iter().map(|w| command(&mut space, w)).collect()
+    }
+
+    /// Sets a field of the shared state, with its end (Unix ms) in `sim:expiry` or none.
+    pub fn set_field(&self, field: &str, value: &str, expires_ms: Option<u64>) -> Result<(), String> {
+        let (state, expiry) = (format!("{PREFIX}:state"), format!("{PREFIX}:expiry"));
+        let w = |parts: &[&str]| parts.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>();
+        let at = expires_ms.map(|a| a.to_string());
+        let second = match &at {
+            Some(at) => w(&["ZADD", &expiry, at, field]),
+            None => w(&["ZREM", &expiry, field]),
+        };
+        self.commands(&[w(&["HSET", &state, field, value]), second]).map(|_| ())
+    }
+
+    /// Removes fields of the shared state.
+    pub fn delete_fields(&self, fields: &[String]) -> Result<(), String> {
+        let mut hdel = vec!["HDEL".to_owned(), format!("{PREFIX}:state")];
+        let mut zrem = vec!["ZREM".to_owned(), format!("{PREFIX}:expiry")];
+        hdel.extend_from_slice(fields);
+        zrem.extend_from_slice(fields);
+        self.commands(&[hdel, zrem]).map(|_| ())
+    }
+
+    /// The shared state, field by field.
+    pub fn state(&self) -> Vec<(String, String)> {
+        let Ok(mut r) = self.commands(&[vec!["HGETALL".to_owned(), format!("{PREFIX}:state")]]) else { return vec![] };
+        let Some(Reply::Array(items)) = r.pop() else { return vec![] };
+        let words: Vec<String> =
+            items.into_iter().filter_map(|i| if let Reply::Bulk(s) = i { Some(s) } else { None }).collect();
+        words.chunks(2).filter_map(|p| Some((p.first()?.clone(), p.get(1)?.clone()))).collect()
+    }
+
+    /// `prune_redis.lua` at `now` (Unix ms), removing at most `limit` fields: how many went.
+    pub fn prune(&self, now: u64, limit: usize) -> Result<u64, String> {
+        match self.call(&self.prune, now, vec![PREFIX.to_owned(), now.to_string(), limit.to_string()])? {
+            Value::Integer(n) => Ok(n.max(0) as u64),
+            Value::Number(n) => Ok(n.max(0.0) as u64),
+            other => Err(format!("prune_redis.lua returned a {}", other.type_name())),
+        }
     }
 
     /// Lease operation `op` at `now` (Unix ms) with its arguments, an ended lease readable for
