@@ -298,6 +298,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Ok(config)
     };
     let config = complete(config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let config_tls = config.server.tls.is_some();
     let listen: std::net::SocketAddr = config
         .server
         .listen
@@ -328,6 +329,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         complete(config)
     });
     let serving = Serving::new(gw, Some(loader));
+    if config_tls && serving.tls().is_none() {
+        anyhow::bail!(
+            "server.tls is set but its certificate could not be loaded (see the log); not serving plain HTTP instead"
+        );
+    }
     if state.backend == Backend::Redis {
         proxy::replicas::follow::start(Arc::clone(&serving), &state)?;
     }

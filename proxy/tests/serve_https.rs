@@ -18,9 +18,22 @@ fn addr_of(base: &str) -> SocketAddr {
     base.trim_start_matches("https://").parse().expect("address")
 }
 
-async fn hangup(pid: u32) {
+fn hangup(pid: u32) {
     assert!(Command::new("kill").args(["-HUP", &pid.to_string()]).status().expect("kill").success());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+/// Asks `/metrics` over HTTPS until its text contains `line` (a reload is done when it is
+/// counted), for at most 10 s.
+async fn until_metrics_show(client: &tokio_rustls::TlsConnector, addr: SocketAddr, line: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = https_request(client, addr, "localhost", ("GET", "/metrics", "")).await.expect("metrics");
+        if m.body.contains(line) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "/metrics never showed {line:?}:\n{}", m.body);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,13 +97,15 @@ async fn https_with_a_private_ca_serves_clients_that_trust_it_and_a_renewed_cert
     // A renewed certificate at the same paths: SIGHUP, and new connections get it.
     let (_, _, second) = ca.leaf_files(&["localhost", "127.0.0.1"], 2101, dir.path());
     assert_ne!(first, second);
-    hangup(p.child.id()).await;
+    hangup(p.child.id());
+    until_metrics_show(&trusting, addr, "ferroute_config_reloads_total{result=\"ok\"} 1").await;
     let after = https_request(&trusting, addr, "localhost", ("GET", "/livez", "")).await.expect("after SIGHUP");
     assert_eq!((after.status, after.cert == second), (200, true), "the renewed certificate is served");
 
     // A broken certificate file is refused whole: the running certificate keeps serving.
     std::fs::write(dir.path().join("cert.pem"), "not a certificate").expect("break");
-    hangup(p.child.id()).await;
+    hangup(p.child.id());
+    until_metrics_show(&trusting, addr, "ferroute_config_reloads_total{result=\"refused\"} 1").await;
     let kept = https_request(&trusting, addr, "localhost", ("GET", "/livez", "")).await.expect("still serving");
     assert_eq!((kept.status, kept.cert == second), (200, true), "the running certificate is kept");
     let check = Command::new(env!("CARGO_BIN_EXE_ferroute"))
