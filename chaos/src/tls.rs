@@ -36,31 +36,28 @@ impl Ca {
     /// A server certificate for `names` (host names or IP addresses), valid from 2020 until
     /// the start of year `until`.
     pub fn leaf(&self, names: &[&str], until: i32) -> Leaf {
+        let (cert, key) = self.signed(names, until);
+        (cert.der().clone(), PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
+    }
+
+    fn signed(&self, names: &[&str], until: i32) -> (rcgen::Certificate, KeyPair) {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names).expect("leaf params");
         params.not_before = date_time_ymd(2020, 1, 1);
         params.not_after = date_time_ymd(until, 1, 1);
         let key = KeyPair::generate().expect("leaf key");
         let cert = params.signed_by(&key, &self.issuer).expect("signed");
-        (cert.der().clone(), PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
+        (cert, key)
     }
 
     /// The same as PEM files in `dir` (`cert.pem`, `key.pem`, what `[server] tls` names), with
     /// the certificate's DER to compare with what a client was shown.
     pub fn leaf_files(&self, names: &[&str], until: i32, dir: &std::path::Path) -> (String, String, Vec<u8>) {
-        use rustls::pki_types::pem::PemObject as _;
-        let (cert, key) = self.leaf(names, until);
-        let pem = |label: &str, der: &[u8]| {
-            let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, der);
-            let lines: Vec<&str> = b64.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).unwrap_or("")).collect();
-            format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
-        };
+        let (cert, key) = self.signed(names, until);
         let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
-        std::fs::write(&cert_path, pem("CERTIFICATE", cert.as_ref())).expect("cert.pem");
-        std::fs::write(&key_path, pem("PRIVATE KEY", key.secret_der())).expect("key.pem");
-        let back = CertificateDer::from_pem_file(&cert_path).expect("cert.pem reads back");
-        assert_eq!(back.as_ref(), cert.as_ref());
-        (cert_path.display().to_string(), key_path.display().to_string(), cert.to_vec())
+        std::fs::write(&cert_path, cert.pem()).expect("cert.pem");
+        std::fs::write(&key_path, key.serialize_pem()).expect("key.pem");
+        (cert_path.display().to_string(), key_path.display().to_string(), cert.der().to_vec())
     }
 }
 
