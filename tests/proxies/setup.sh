@@ -4,11 +4,7 @@
 # it themselves. Each test starts its own proxy on a free loopback port with a config of its
 # own, so nothing here is started or left running.
 set -euo pipefail
-if ! command -v tinyproxy >/dev/null 2>&1 || ! command -v danted >/dev/null 2>&1; then
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then sudo="sudo -n"; fi
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq tinyproxy dante-server >/dev/null
-fi
+. "$(dirname "$0")/../lib/apt.sh"
+apt_install_missing "tinyproxy danted" tinyproxy dante-server
 tinyproxy -v
 danted -v | head -n 1
